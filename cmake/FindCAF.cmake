@@ -1,0 +1,44 @@
+# FindCAF: locates the C++ Actor Framework 0.17 (Debian's libcaf-dev ships no CMake config and no
+# pkg-config file) and creates the imported targets CAF::core and CAF::io.
+#
+# Result variables: CAF_FOUND, CAF_INCLUDE_DIR, CAF_VERSION.
+include(FindPackageHandleStandardArgs)
+find_package(Threads REQUIRED)
+
+find_path(CAF_INCLUDE_DIR caf/all.hpp)
+find_library(CAF_CORE_LIBRARY caf_core)
+find_library(CAF_IO_LIBRARY caf_io)
+
+if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
+  file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _caf_version_line
+       REGEX "^#define CAF_VERSION [0-9]+")
+  if(_caf_version_line MATCHES "CAF_VERSION ([0-9]+)")
+    math(EXPR _v "${CMAKE_MATCH_1}")
+    math(EXPR _major "${_v} / 10000")
+    math(EXPR _minor "(${_v} / 100) % 100")
+    math(EXPR _patch "${_v} % 100")
+    set(CAF_VERSION "${_major}.${_minor}.${_patch}")
+  endif()
+endif()
+
+find_package_handle_standard_args(CAF
+  REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+  VERSION_VAR CAF_VERSION)
+
+if(CAF_FOUND)
+  if(NOT TARGET CAF::core)
+    add_library(CAF::core UNKNOWN IMPORTED)
+    set_target_properties(CAF::core PROPERTIES
+      IMPORTED_LOCATION "${CAF_CORE_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES Threads::Threads)
+  endif()
+  if(NOT TARGET CAF::io)
+    add_library(CAF::io UNKNOWN IMPORTED)
+    set_target_properties(CAF::io PROPERTIES
+      IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${CAF_INCLUDE_DIR}"
+      INTERFACE_LINK_LIBRARIES "CAF::core;Threads::Threads")
+  endif()
+endif()
+mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY)

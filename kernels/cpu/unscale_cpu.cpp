@@ -1,0 +1,370 @@
+// CPU entry points: validate everything first (so bad input changes nothing), describe each tensor
+// as rows of strided elements, cut the work into chunks and run them in parallel.
+#include <ampactor/kernels/unscale.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "loops.h"
+
+namespace ampactor::kernels {
+namespace cpu {
+
+const LoopTable& loops() {
+  static const LoopTable& chosen = []() -> const LoopTable& {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("fma"))
+      return avx2_loops();
+    return baseline_loops();
+  }();
+  return chosen;
+}
+
+}  // namespace cpu
+
+namespace {
+
+using cpu::ElemType;
+
+// Chunk of work handed to one thread at a time: large enough to amortise dispatch, small enough
+// to balance a list of mixed sizes.
+constexpr std::int64_t kChunkElems = 1 << 16;
+// Below this many elements in total, threads cost more than they save.
+constexpr std::int64_t kParallelMinElems = 1 << 17;
+constexpr int kMaxDims = 16;
+
+[[noreturn]] void fail(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string("ampactor::") + op + ": " + what);
+}
+
+ElemType elem_type(const char* op, const std::string& name, const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return ElemType::f32;
+    case at::kDouble:
+      return ElemType::f64;
+    case at::kHalf:
+      return ElemType::f16;
+    case at::kBFloat16:
+      return ElemType::bf16;
+    default:
+      fail(op, name + " has dtype " + std::string(c10::toString(t.scalar_type())) +
+                   "; expected Float, Double, Half or BFloat16");
+  }
+}
+
+std::size_t elem_size(ElemType t) {
+  return t == ElemType::f64 ? 8 : t == ElemType::f32 ? 4 : 2;
+}
+
+/// A tensor (or a pair of same-shaped tensors) seen as `rows` rows of `cols` elements: the
+/// dimensions sorted by the first tensor's strides and merged where memory allows, so a dense
+/// tensor of any dimension order is one row with unit stride.
+struct Layout {
+  int outer_dims = 0;  // dims before the row dim
+  std::array<std::int64_t, kMaxDims> sizes{};
+  std::array<std::int64_t, kMaxDims> strides[2]{};
+  std::int64_t rows = 1, cols = 1, col_stride[2] = {1, 1};
+
+  std::int64_t row_offset(int which, std::int64_t row) const {
+    std::int64_t off = 0;
+    for (int d = outer_dims - 1; d >= 0; --d) {
+      off += (row % sizes[d]) * strides[which][d];
+      row /= sizes[d];
+    }
+    return off;
+  }
+};
+
+Layout make_layout(const at::Tensor& a, const at::Tensor* b) {
+  const int n = int(a.dim());
+  std::array<int, kMaxDims> order{};
+  int kept = 0;
+  for (int d = 0; d < n; ++d)
+    if (a.size(d) != 1) order[kept++] = d;
+  // Outermost first: larger stride of the first tensor first (stable keeps ties in dim order).
+  std::stable_sort(order.begin(), order.begin() + kept,
+                   [&](int x, int y) { return a.stride(x) > a.stride(y); });
+  Layout l;
+  std::int64_t sz[kMaxDims], st[2][kMaxDims];
+  int m = 0;
+  for (int i = 0; i < kept; ++i) {
+    int d = order[i];
+    std::int64_t s0 = a.stride(d), s1 = b ? b->stride(d) : s0, size = a.size(d);
+    if (m > 0 && st[0][m - 1] == s0 * size && st[1][m - 1] == s1 * size) {
+      sz[m - 1] *= size;  // merge into the outer dim
+      st[0][m - 1] = s0;
+      st[1][m - 1] = s1;
+    } else {
+      sz[m] = size;
+      st[0][m] = s0;
+      st[1][m] = s1;
+      ++m;
+    }
+  }
+  if (m == 0) {  // a scalar or all-ones shape
+    l.rows = a.numel() == 0 ? 0 : 1;
+    l.cols = 1;
+    return l;
+  }
+  l.outer_dims = m - 1;
+  l.cols = sz[m - 1];
+  l.col_stride[0] = st[0][m - 1];
+  l.col_stride[1] = st[1][m - 1];
+  for (int d = 0; d < m - 1; ++d) {
+    l.sizes[d] = sz[d];
+    l.strides[0][d] = st[0][d];
+    l.strides[1][d] = st[1][d];
+    l.rows *= sz[d];
+  }
+  return l;
+}
+
+// Sufficient test that no two elements share memory: every dimension, sorted by stride, steps
+// over the whole extent of the smaller ones. Slices, transposes and permutations all pass;
+// expanded (stride 0) tensors do not.
+bool non_overlapping(const at::Tensor& t) {
+  if (t.is_non_overlapping_and_dense()) return true;
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
+  for (int d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  std::int64_t extent = 0;  // max offset reachable by the smaller dims
+  for (auto [stride, size] : dims) {
+    if (stride <= extent) return false;
+    extent += stride * (size - 1);
+  }
+  return true;
+}
+
+void check_scalar_tensor(const char* op, const char* name, const at::Tensor& t,
+                         const c10::Device& device) {
+  if (!t.defined()) fail(op, std::string(name) + " is undefined");
+  if (t.numel() != 1)
+    fail(op, std::string(name) + " must have exactly 1 element, got " + std::to_string(t.numel()));
+  if (t.scalar_type() != at::kFloat)
+    fail(op, std::string(name) + " must be a Float tensor, got " +
+                 std::string(c10::toString(t.scalar_type())));
+  if (t.device() != device)
+    fail(op, std::string(name) + " is on " + t.device().str() + " but the gradients are on " +
+                 device.str());
+}
+
+void check_grad(const char* op, const std::string& name, const at::Tensor& t,
+                const c10::Device& device, bool written) {
+  if (!t.defined()) fail(op, name + " is undefined");
+  if (t.layout() != at::kStrided) fail(op, name + " is not a strided (dense) tensor");
+  if (t.device() != device)
+    fail(op, name + " is on " + t.device().str() + " but the others are on " + device.str() +
+                 " (all tensors must be on one device)");
+  if (t.dim() > kMaxDims) fail(op, name + " has more than 16 dimensions");
+  if (written && !non_overlapping(t))
+    fail(op, name + " has overlapping memory (e.g. an expanded tensor) and cannot be written");
+}
+
+void check_device_supported(const char* op, const c10::Device& device) {
+  if (!device.is_cpu())
+    fail(op, "tensors on " + device.str() + " need the CUDA kernels (this build is CPU only)");
+}
+
+/// One operand of a task: a base pointer, its element type and its layout slot.
+struct Operand {
+  char* base;
+  ElemType type;
+};
+
+struct Job {
+  Layout layout;
+  Operand a;  // the gradient (or the model grad for a move)
+  Operand b;  // the master grad for a move
+};
+
+struct Task {
+  std::uint32_t job;
+  std::int64_t row_begin, row_end, col_begin, col_end;
+};
+
+enum class Op { unscale, check, move };
+
+std::vector<Task> make_tasks(const std::vector<Job>& jobs, std::int64_t* total) {
+  std::vector<Task> tasks;
+  *total = 0;
+  for (std::uint32_t j = 0; j < jobs.size(); ++j) {
+    const Layout& l = jobs[j].layout;
+    *total += l.rows * l.cols;
+    if (l.rows == 0 || l.cols == 0) continue;
+    if (l.rows == 1) {
+      for (std::int64_t c = 0; c < l.cols; c += kChunkElems)
+        tasks.push_back({j, 0, 1, c, std::min(l.cols, c + kChunkElems)});
+    } else {
+      std::int64_t per = std::max<std::int64_t>(1, kChunkElems / l.cols);
+      for (std::int64_t r = 0; r < l.rows; r += per)
+        tasks.push_back({j, r, std::min(l.rows, r + per), 0, l.cols});
+    }
+  }
+  return tasks;
+}
+
+bool run_task(Op op, const Job& job, const Task& task, float inv, const cpu::LoopTable& lt) {
+  const Layout& l = job.layout;
+  const std::size_t ea = elem_size(job.a.type);
+  bool bad = false;
+  for (std::int64_t r = task.row_begin; r < task.row_end; ++r) {
+    char* pa = job.a.base + (l.row_offset(0, r) + task.col_begin * l.col_stride[0]) * ea;
+    const std::int64_t n = task.col_end - task.col_begin;
+    switch (op) {
+      case Op::unscale:
+        bad |= lt.unscale(job.a.type, pa, n, l.col_stride[0], inv);
+        break;
+      case Op::check:
+        bad |= lt.check(job.a.type, pa, n, l.col_stride[0]);
+        break;
+      case Op::move: {
+        float* pb = reinterpret_cast<float*>(job.b.base) + l.row_offset(1, r) +
+                    task.col_begin * l.col_stride[1];
+        bad |= lt.move(job.a.type, pa, l.col_stride[0], pb, l.col_stride[1], n, inv);
+        break;
+      }
+    }
+  }
+  return bad;
+}
+
+bool run(Op op, const std::vector<Job>& jobs, float inv) {
+  std::int64_t total = 0;
+  const std::vector<Task> tasks = make_tasks(jobs, &total);
+  const cpu::LoopTable& lt = cpu::loops();
+  if (total < kParallelMinElems || at::get_num_threads() == 1 || at::in_parallel_region()) {
+    bool bad = false;
+    for (const Task& t : tasks)
+      bad |= run_task(op, jobs[t.job], t, inv, lt);
+    return bad;
+  }
+  std::atomic<bool> found{false};
+  at::parallel_for(0, std::int64_t(tasks.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+    bool bad = false;
+    for (std::int64_t i = begin; i < end; ++i)
+      bad |= run_task(op, jobs[tasks[i].job], tasks[i], inv, lt);
+    if (bad) found.store(true, std::memory_order_relaxed);
+  });
+  return found.load();
+}
+
+void set_found(at::Tensor& found_inf) {
+  found_inf.data_ptr<float>()[0] = 1.0f;
+}
+
+void bump_versions(at::TensorList ts) {
+  // The writes bypass the dispatcher; keep autograd's in-place bookkeeping honest.
+  for (const at::Tensor& t : ts)
+    if (t.numel() > 0 && !t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+}
+
+float read_inv_scale(const char* op, const at::Tensor& inv_scale, const c10::Device& device) {
+  check_scalar_tensor(op, "inv_scale", inv_scale, device);
+  return inv_scale.data_ptr<float>()[0];
+}
+
+c10::Device common_device(at::TensorList grads, const at::Tensor& found_inf) {
+  return found_inf.defined()
+             ? found_inf.device()
+             : (grads.empty() || !grads[0].defined() ? c10::Device(c10::kCPU) : grads[0].device());
+}
+
+void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_tensor, float inv,
+                  at::Tensor& found_inf) {
+  const c10::Device device = common_device(grads, found_inf);
+  check_scalar_tensor(op, "found_inf", found_inf, device);
+  if (inv_tensor) inv = read_inv_scale(op, *inv_tensor, device);
+  // Check-only when the multiply is the identity: one read, no write.
+  const bool write = inv != 1.0f;
+  std::vector<Job> jobs;
+  jobs.reserve(grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const std::string name = "grads[" + std::to_string(i) + "]";
+    check_grad(op, name, grads[i], device, write);
+    jobs.push_back({make_layout(grads[i], nullptr),
+                    {static_cast<char*>(grads[i].data_ptr()), elem_type(op, name, grads[i])},
+                    {nullptr, ElemType::f32}});
+  }
+  check_device_supported(op, device);
+  if (run(write ? Op::unscale : Op::check, jobs, inv)) set_found(found_inf);
+  if (write) bump_versions(grads);
+}
+
+void move_impl(at::TensorList model_grads, at::TensorList master_grads,
+               const at::Tensor* inv_tensor, float inv, at::Tensor& found_inf) {
+  const char* op = "move_grads_and_unscale";
+  const c10::Device device = common_device(model_grads, found_inf);
+  check_scalar_tensor(op, "found_inf", found_inf, device);
+  if (inv_tensor) inv = read_inv_scale(op, *inv_tensor, device);
+  if (model_grads.size() != master_grads.size())
+    fail(op, "got " + std::to_string(model_grads.size()) + " model grads but " +
+                 std::to_string(master_grads.size()) + " master grads");
+  std::vector<Job> jobs;
+  jobs.reserve(model_grads.size());
+  for (std::size_t i = 0; i < model_grads.size(); ++i) {
+    const std::string model_name = "model_grads[" + std::to_string(i) + "]";
+    const std::string master_name = "master_grads[" + std::to_string(i) + "]";
+    const at::Tensor& model = model_grads[i];
+    const at::Tensor& master = master_grads[i];
+    check_grad(op, model_name, model, device, false);
+    check_grad(op, master_name, master, device, true);
+    const ElemType type = elem_type(op, model_name, model);
+    if (master.scalar_type() != at::kFloat)
+      fail(op, master_name + " has dtype " + std::string(c10::toString(master.scalar_type())) +
+                   "; master grads must be Float");
+    if (model.sizes() != master.sizes())
+      fail(op, master_name + " has shape " + c10::str(master.sizes()) + " but " + model_name +
+                   " has shape " + c10::str(model.sizes()));
+    // Walk in the masters' memory order: they are the tensors written.
+    jobs.push_back({make_layout(master, &model), {nullptr, type}, {nullptr, ElemType::f32}});
+    // make_layout put the master first; swap the stride sets so operand a (the model) is slot 0.
+    Layout& l = jobs.back().layout;
+    std::swap(l.strides[0], l.strides[1]);
+    std::swap(l.col_stride[0], l.col_stride[1]);
+    jobs.back().a.base = static_cast<char*>(const_cast<void*>(model.data_ptr()));
+    jobs.back().b.base = static_cast<char*>(master.data_ptr());
+  }
+  check_device_supported(op, device);
+  if (run(Op::move, jobs, inv)) set_found(found_inf);
+  bump_versions(master_grads);
+}
+
+}  // namespace
+
+void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf) {
+  unscale_impl("unscale_and_check", grads, &inv_scale, 0.0f, found_inf);
+}
+
+void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf) {
+  unscale_impl("unscale_and_check", grads, nullptr, inv_scale, found_inf);
+}
+
+void check_finite(at::TensorList grads, at::Tensor& found_inf) {
+  unscale_impl("check_finite", grads, nullptr, 1.0f, found_inf);
+}
+
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            float inv_scale, at::Tensor& found_inf) {
+  move_impl(model_grads, master_grads, nullptr, inv_scale, found_inf);
+}
+
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            const at::Tensor& inv_scale, at::Tensor& found_inf) {
+  move_impl(model_grads, master_grads, &inv_scale, 0.0f, found_inf);
+}
+
+const char* cpu_loop_variant() {
+  return cpu::loops().name;
+}
+
+}  // namespace ampactor::kernels

@@ -1,0 +1,38 @@
+// Fused gradient kernels: unscale + non-finite check, check-only, and the grad move into fp32
+// master gradients. One entry point per operation; tensors on the CPU run the vectorised,
+// thread-parallel loops of kernels/cpu.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace ampactor::kernels {
+
+/// Multiplies every gradient in place by `inv_scale` and sets `found_inf` to 1.0 if any element
+/// of any gradient is inf or NaN (inf and NaN stay in the gradients).
+///
+/// Gradients may be fp32, fp64, fp16 or bf16 (math in float for the 16-bit types), contiguous or
+/// not; all on one device. `inv_scale` and `found_inf` are 1-element fp32 tensors on that device.
+/// Pre-zeroing `found_inf` is the caller's job: it is only ever set, never cleared. When
+/// `inv_scale` is exactly 1 the gradients are only read. An empty list is fine and finds nothing.
+/// Bad input throws std::invalid_argument before any gradient is touched.
+void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf);
+
+/// The same with the inverse scale as a host value.
+void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf);
+
+/// Sets `found_inf` to 1.0 if any element is inf or NaN. Reads each gradient once, writes nothing.
+void check_finite(at::TensorList grads, at::Tensor& found_inf);
+
+/// master_grads[i] = float(model_grads[i]) * inv_scale, checking model_grads for inf/NaN, in one
+/// pass. Model grads may be fp16, bf16, fp32 or fp64; masters are fp32 of the same shapes.
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            float inv_scale, at::Tensor& found_inf);
+
+/// The same with the inverse scale as a 1-element fp32 tensor.
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            const at::Tensor& inv_scale, at::Tensor& found_inf);
+
+/// Name of the CPU loop variant picked for this machine ("avx2" or "baseline").
+const char* cpu_loop_variant();
+
+}  // namespace ampactor::kernels

@@ -1,0 +1,100 @@
+// Every way a scaler call can be refused, with torch.amp.GradScaler's texts where torch has one.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace ampactor {
+
+/// Error codes shared by the thread-free scaler, the kernels' callers and the actors.
+/// Zero is reserved for "no error" (as CAF's error codes require).
+enum class errc : std::uint8_t {
+  /// unscale_() twice for one optimizer within an iteration (RuntimeError in torch).
+  unscale_twice = 1,
+  /// unscale_() after step() within an iteration (RuntimeError).
+  unscale_after_step,
+  /// step() twice for one optimizer within an iteration (RuntimeError).
+  step_twice,
+  /// step() with a closure while scaling is enabled (RuntimeError).
+  closure_unsupported,
+  /// load_state_dict() with an empty dict, e.g. from a disabled scaler (RuntimeError).
+  empty_state_dict,
+  /// fp16 gradients given to unscale_ without allow_fp16_grads (ValueError).
+  fp16_grads,
+  /// scale() given something that is not a tensor (ValueError).
+  bad_outputs,
+  /// step() on an optimizer that has no gradients (AssertionError).
+  no_inf_checks_for_optimizer,
+  /// update() without new_scale and without any unscale_/step since the last update
+  /// (AssertionError).
+  no_inf_checks_before_update,
+  /// update(new_scale) with a tensor that is not 1-element, float, without grad, or a bad value.
+  bad_new_scale,
+  /// unscale_/step/update before the first scale() (AssertionError).
+  scale_not_initialized,
+  /// growth_factor not > 1.
+  bad_growth_factor,
+  /// backoff_factor not in (0, 1).
+  bad_backoff_factor,
+  /// growth_interval not in [1, 2^31 - 1].
+  bad_growth_interval,
+  /// init_scale not finite and > 0.
+  bad_init_scale,
+  /// load_state_dict() with a missing key, a value of the wrong type or an invalid value.
+  bad_state_dict,
+  /// The kernels refused the gradients (dtype, device, shape, overlap).
+  invalid_gradients,
+  /// update() called off the main thread.
+  update_off_main_thread,
+  /// The user's step function threw on the optimizer thread.
+  step_failed,
+};
+
+/// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".
+const char* python_kind(errc code);
+
+/// A short stable name for a code, e.g. "unscale_twice".
+const char* to_string(errc code);
+
+/// Thrown by every scaler call that refuses its input; what() is torch's text where torch has one.
+/// A refused call changes no state.
+class ScalerError : public std::runtime_error {
+ public:
+  ScalerError(errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  errc code() const noexcept { return code_; }
+
+ private:
+  errc code_;
+};
+
+/// torch's texts.
+namespace texts {
+inline constexpr const char* unscale_twice =
+    "unscale_() has already been called on this optimizer since the last update().";
+inline constexpr const char* unscale_after_step = "unscale_() is being called after step().";
+inline constexpr const char* step_twice = "step() has already been called since the last update().";
+inline constexpr const char* closure_unsupported =
+    "Closure use is not currently supported if GradScaler is enabled.";
+inline constexpr const char* empty_state_dict =
+    "The source state dict is empty, possibly because it was saved from a disabled instance of "
+    "GradScaler.";
+inline constexpr const char* fp16_grads = "Attempting to unscale FP16 gradients.";
+inline constexpr const char* bad_outputs = "outputs must be a Tensor or an iterable of Tensors";
+inline constexpr const char* no_inf_checks_for_optimizer =
+    "No inf checks were recorded for this optimizer.";
+inline constexpr const char* no_inf_checks_before_update =
+    "No inf checks were recorded prior to update.";
+inline constexpr const char* bad_new_scale =
+    "new_scale should be a float or a 1-element torch.cuda.FloatTensor or torch.FloatTensor with "
+    "requires_grad=False.";
+inline constexpr const char* growth_factor = "The growth factor must be > 1.0.";
+inline constexpr const char* backoff_factor = "The backoff factor must be < 1.0.";
+inline constexpr const char* update_off_main_thread =
+    "GradScaler.update() must be called from the main thread.";
+}  // namespace texts
+
+/// torch's text for a call made before the first scale(), e.g. scale_not_initialized_text("step").
+std::string scale_not_initialized_text(const std::string& funcname);
+
+}  // namespace ampactor

@@ -1,0 +1,97 @@
+// LocalGradScaler: torch.amp.GradScaler for LibTorch, on the calling thread only. It is the
+// reference that the actor-backed GradScaler must equal, and a drop-in for single-threaded use.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ampactor/scaler/errors.h>
+#include <ampactor/scaler/options.h>
+#include <ampactor/scaler/scale_state.h>
+#include <ampactor/scaler/stage.h>
+#include <ampactor/scaler/state_dict.h>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ampactor {
+
+/// Per-optimizer bookkeeping between two update() calls.
+struct OptimizerRecord {
+  OptState stage = OptState::ready;
+  /// One 1-element float tensor per device that had gradients (set by unscale_).
+  std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
+  bool any_found_inf() const;
+};
+
+class LocalGradScaler {
+ public:
+  using LossClosure = std::function<at::Tensor()>;
+
+  explicit LocalGradScaler(const GradScalerOptions& opts = {});
+  /// torch's positional constructor: GradScaler(init_scale, growth_factor, backoff_factor,
+  /// growth_interval, enabled).
+  LocalGradScaler(double init_scale, double growth_factor = 2.0, double backoff_factor = 0.5,
+                  std::int64_t growth_interval = 2000, bool enabled = true);
+
+  /// outputs * scale, on the outputs' device; the scale is created at the first call. Disabled:
+  /// returns the input. An undefined tensor gives torch's ValueError text.
+  at::Tensor scale(const at::Tensor& outputs);
+  std::vector<at::Tensor> scale(const std::vector<at::Tensor>& outputs);
+
+  /// Divides the optimizer's gradients by the scale in place and records inf/NaN.
+  void unscale_(torch::optim::Optimizer& optimizer);
+
+  /// unscale_ if not done yet, then optimizer.step() unless inf/NaN was found. Returns the
+  /// optimizer's return value, or nullopt when the step was skipped.
+  std::optional<at::Tensor> step(torch::optim::Optimizer& optimizer, LossClosure closure = nullptr);
+
+  /// Updates the scale from the inf checks of every optimizer since the last update.
+  void update();
+  /// Sets the scale (the tracker is left as is).
+  void update(double new_scale);
+  /// Sets the scale from a 1-element floating tensor with requires_grad=false (copied).
+  void update(const at::Tensor& new_scale);
+
+  /// The current scale; 1.0 when disabled.
+  double get_scale() const;
+  double get_growth_factor() const { return state_.growth_factor(); }
+  void set_growth_factor(double v) { state_.set_growth_factor(v); }
+  double get_backoff_factor() const { return state_.backoff_factor(); }
+  void set_backoff_factor(double v) { state_.set_backoff_factor(v); }
+  std::int64_t get_growth_interval() const { return state_.growth_interval(); }
+  void set_growth_interval(std::int64_t v) { state_.set_growth_interval(v); }
+  std::int64_t get_growth_tracker() const { return state_.growth_tracker(); }
+  bool is_enabled() const { return enabled_; }
+
+  /// torch's keys; empty when disabled.
+  StateDict state_dict() const;
+  /// Disabled: does nothing. Empty dict: torch's error. Otherwise checked, then loaded.
+  void load_state_dict(const StateDict& sd);
+
+  /// ampactor extensions: where an optimizer is in the stage machine, and whether its unscale in
+  /// this iteration found inf/NaN (nullopt before unscale_/step). No sync needed on the CPU.
+  OptState stage(const torch::optim::Optimizer& optimizer) const;
+  std::optional<bool> found_inf(const torch::optim::Optimizer& optimizer) const;
+  /// The scale state itself (read-only), for comparisons and tracing.
+  const ScaleState& scale_state() const { return state_; }
+  const GradScalerOptions& options() const { return opts_; }
+
+ private:
+  void require_initialized(const char* funcname) const;
+  /// Unscales into a fresh record without touching this->records_.
+  std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads(torch::optim::Optimizer& opt);
+
+  GradScalerOptions opts_;
+  bool enabled_;
+  ScaleState state_;
+  std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord> records_;
+};
+
+}  // namespace ampactor
