@@ -47,13 +47,15 @@ inline float bf16_to_float(std::uint16_t b) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-// Round to nearest even; a NaN stays a (quiet) NaN with its sign.
+// Round to nearest even; a NaN stays a (quiet) NaN with its sign. Branch-free (a mask, not a
+// select on a comparison of another width) so that GCC vectorises the loops using it.
 inline std::uint16_t float_to_bf16(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
-  std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  std::uint32_t nan = (u >> 16) | 0x40u;
-  return std::uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const std::uint32_t nan = (u >> 16) | 0x40u;
+  const std::uint32_t is_nan = 0u - std::uint32_t((u & 0x7fffffffu) > 0x7f800000u);
+  return std::uint16_t((rounded & ~is_nan) | (nan & is_nan));
 }
 // Exact: every half is a float.
 inline float half_to_float(std::uint16_t h) {
@@ -183,22 +185,49 @@ inline bool check_16(const std::uint16_t* x, std::int64_t n, std::int64_t stride
   return bad != 0;
 }
 
+#ifdef AMPACTOR_HAVE_F16C
+// 8 bf16 -> 8 floats: the bits shifted into the high half.
+inline __m256 bf16x8_to_float(__m128i h) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+// 8 floats -> 8 bf16, rounding and NaN handling exactly as float_to_bf16.
+inline __m128i float_to_bf16x8(__m256 f) {
+  const __m256i u = _mm256_castps_si256(f);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+  const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);
+  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+#endif
+
 bool unscale_bf16(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv) {
-  std::uint16_t bad = 0;
+  std::int64_t i = 0;
+  bool found = false;
+#ifdef AMPACTOR_HAVE_F16C
   if (stride == 1) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint16_t b = x[i];
-      bad |= std::uint16_t(nonfinite_bf16(b));
-      x[i] = float_to_bf16(bf16_to_float(b) * inv);
+    const __m128i exp_mask = _mm_set1_epi16(0x7f80);
+    const __m256 vinv = _mm256_set1_ps(inv);
+    __m128i bad = _mm_setzero_si128();
+    for (; i + 8 <= n; i += 8) {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+      bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i),
+                       float_to_bf16x8(_mm256_mul_ps(bf16x8_to_float(h), vinv)));
     }
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint16_t& r = x[i * stride];
-      bad |= std::uint16_t(nonfinite_bf16(r));
-      r = float_to_bf16(bf16_to_float(r) * inv);
-    }
+    found = _mm_movemask_epi8(bad) != 0;
   }
-  return bad != 0;
+#endif
+  std::uint16_t bad = 0;
+  for (; i < n; ++i) {
+    std::uint16_t& r = x[i * stride];
+    bad |= std::uint16_t(nonfinite_bf16(r));
+    r = float_to_bf16(bf16_to_float(r) * inv);
+  }
+  return found || bad != 0;
 }
 
 bool unscale_half(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv) {

@@ -38,14 +38,22 @@ using cpu::ElemType;
 // to balance a list of mixed sizes.
 constexpr std::int64_t kChunkElems = 1 << 16;
 // Below this many elements in total, threads cost more than they save.
-constexpr std::int64_t kParallelMinElems = 1 << 17;
+constexpr std::int64_t kParallelMinElems = 1 << 19;
 constexpr int kMaxDims = 16;
 
 [[noreturn]] void fail(const char* op, const std::string& what) {
   throw std::invalid_argument(std::string("ampactor::") + op + ": " + what);
 }
 
-ElemType elem_type(const char* op, const std::string& name, const at::Tensor& t) {
+/// "grads[3]", formatted only when an error needs it (validation runs on every call).
+struct Name {
+  const char* list;
+  std::size_t index;
+  std::string str() const { return std::string(list) + "[" + std::to_string(index) + "]"; }
+};
+std::string operator+(const Name& n, const char* s) { return n.str() + s; }
+
+ElemType elem_type(const char* op, const Name& name, const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat:
       return ElemType::f32;
@@ -158,7 +166,7 @@ void check_scalar_tensor(const char* op, const char* name, const at::Tensor& t,
                  device.str());
 }
 
-void check_grad(const char* op, const std::string& name, const at::Tensor& t,
+void check_grad(const char* op, const Name& name, const at::Tensor& t,
                 const c10::Device& device, bool written) {
   if (!t.defined()) fail(op, name + " is undefined");
   if (t.layout() != at::kStrided) fail(op, name + " is not a strided (dense) tensor");
@@ -289,7 +297,7 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
   std::vector<Job> jobs;
   jobs.reserve(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    const std::string name = "grads[" + std::to_string(i) + "]";
+    const Name name{"grads", i};
     check_grad(op, name, grads[i], device, write);
     jobs.push_back({make_layout(grads[i], nullptr),
                     {static_cast<char*>(grads[i].data_ptr()), elem_type(op, name, grads[i])},
@@ -312,8 +320,8 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
   std::vector<Job> jobs;
   jobs.reserve(model_grads.size());
   for (std::size_t i = 0; i < model_grads.size(); ++i) {
-    const std::string model_name = "model_grads[" + std::to_string(i) + "]";
-    const std::string master_name = "master_grads[" + std::to_string(i) + "]";
+    const Name model_name{"model_grads", i};
+    const Name master_name{"master_grads", i};
     const at::Tensor& model = model_grads[i];
     const at::Tensor& master = master_grads[i];
     check_grad(op, model_name, model, device, false);
@@ -323,7 +331,7 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
       fail(op, master_name + " has dtype " + std::string(c10::toString(master.scalar_type())) +
                    "; master grads must be Float");
     if (model.sizes() != master.sizes())
-      fail(op, master_name + " has shape " + c10::str(master.sizes()) + " but " + model_name +
+      fail(op, master_name + " has shape " + c10::str(master.sizes()) + " but " + model_name.str() +
                    " has shape " + c10::str(model.sizes()));
     // Walk in the masters' memory order: they are the tensors written.
     jobs.push_back({make_layout(master, &model), {nullptr, type}, {nullptr, ElemType::f32}});
