@@ -38,7 +38,8 @@ std::vector<at::Tensor> make_grads(std::int64_t total_bytes, int count, at::Scal
   std::uniform_real_distribution<double> u(0.0, std::log(1000.0));
   std::vector<double> w(count);
   double sum = 0;
-  for (double& x : w) sum += (x = std::exp(u(rng)));
+  for (double& x : w)
+    sum += (x = std::exp(u(rng)));
   const std::int64_t elems = total_bytes / std::int64_t(c10::elementSize(dtype));
   std::vector<at::Tensor> out;
   for (double x : w) {
@@ -50,7 +51,8 @@ std::vector<at::Tensor> make_grads(std::int64_t total_bytes, int count, at::Scal
 
 std::int64_t bytes_of(const std::vector<at::Tensor>& ts) {
   std::int64_t b = 0;
-  for (auto& t : ts) b += t.numel() * std::int64_t(t.element_size());
+  for (auto& t : ts)
+    b += t.numel() * std::int64_t(t.element_size());
   return b;
 }
 
@@ -84,10 +86,12 @@ void parallel_copy(const std::vector<at::Tensor>& src, std::vector<at::Tensor>& 
     const std::size_t bytes = std::size_t(src[i].numel()) * src[i].element_size();
     const char* s = static_cast<const char*>(src[i].data_ptr());
     char* d = static_cast<char*>(dst[i].data_ptr());
-    for (std::size_t o = 0; o < bytes; o += chunk) pieces.push_back({s + o, d + o, std::min(chunk, bytes - o)});
+    for (std::size_t o = 0; o < bytes; o += chunk)
+      pieces.push_back({s + o, d + o, std::min(chunk, bytes - o)});
   }
   at::parallel_for(0, std::int64_t(pieces.size()), 1, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) std::memcpy(pieces[i].d, pieces[i].s, pieces[i].n);
+    for (std::int64_t i = b; i < e; ++i)
+      std::memcpy(pieces[i].d, pieces[i].s, pieces[i].n);
   });
 }
 
@@ -105,10 +109,12 @@ void for_each_chunk(const std::vector<at::Tensor>& ts, F&& fn) {
   for (auto& t : ts) {
     const std::size_t words = std::size_t(t.numel()) * t.element_size() / 8;
     auto* base = static_cast<std::uint64_t*>(t.data_ptr());
-    for (std::size_t o = 0; o < words; o += chunk) pieces.push_back({base + o, std::min(chunk, words - o)});
+    for (std::size_t o = 0; o < words; o += chunk)
+      pieces.push_back({base + o, std::min(chunk, words - o)});
   }
   at::parallel_for(0, std::int64_t(pieces.size()), 1, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) fn(pieces[i].p, pieces[i].n);
+    for (std::int64_t i = b; i < e; ++i)
+      fn(pieces[i].p, pieces[i].n);
   });
 }
 
@@ -126,7 +132,8 @@ __attribute__((target("avx2"))) std::uint64_t or_words_avx2(const std::uint64_t*
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes),
                      _mm256_or_si256(_mm256_or_si256(a0, a1), _mm256_or_si256(a2, a3)));
   std::uint64_t acc = lanes[0] | lanes[1] | lanes[2] | lanes[3];
-  for (; i < n; ++i) acc |= p[i];
+  for (; i < n; ++i)
+    acc |= p[i];
   return acc;
 }
 
@@ -137,7 +144,8 @@ __attribute__((target("avx2"))) void xor_words_avx2(std::uint64_t* p, std::size_
     auto* v = reinterpret_cast<__m256i*>(p + i);
     _mm256_storeu_si256(v, _mm256_xor_si256(_mm256_loadu_si256(v), m));
   }
-  for (; i < n; ++i) p[i] ^= 0x8000000080000000ull;
+  for (; i < n; ++i)
+    p[i] ^= 0x8000000080000000ull;
 }
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
@@ -149,7 +157,8 @@ std::uint64_t read_stream(const std::vector<at::Tensor>& ts) {
     if (kHaveAvx2) {
       acc = or_words_avx2(p, n);
     } else {
-      for (std::size_t i = 0; i < n; ++i) acc |= p[i];
+      for (std::size_t i = 0; i < n; ++i)
+        acc |= p[i];
     }
     out.fetch_or(acc, std::memory_order_relaxed);
   });
@@ -159,7 +168,8 @@ std::uint64_t read_stream(const std::vector<at::Tensor>& ts) {
 void rmw_stream(const std::vector<at::Tensor>& ts) {
   for_each_chunk(ts, [](std::uint64_t* p, std::size_t n) {
     if (kHaveAvx2) return xor_words_avx2(p, n);  // flips float signs
-    for (std::size_t i = 0; i < n; ++i) p[i] ^= 0x8000000080000000ull;
+    for (std::size_t i = 0; i < n; ++i)
+      p[i] ^= 0x8000000080000000ull;
   });
 }
 
@@ -185,8 +195,8 @@ void row(const std::string& label, double gbps, const std::string& note = "") {
 
 std::string ratio_text(double r, double goal) {
   std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << r << "x (goal >= " << goal << "x: "
-    << (r >= goal ? "met" : "NOT met") << ")";
+  s << std::fixed << std::setprecision(2) << r << "x (goal >= " << goal
+    << "x: " << (r >= goal ? "met" : "NOT met") << ")";
   return s.str();
 }
 
@@ -194,26 +204,30 @@ void run_size(std::int64_t total_bytes, int count, int threads, int min_reps, do
               Results& res) {
   at::set_num_threads(threads);
   const std::string tag = std::to_string(total_bytes >> 20) + "MB/t" + std::to_string(threads);
-  std::cout << "\n[" << (total_bytes >> 20) << " MB of fp32 grads in " << count
-            << " tensors, " << threads << " thread(s)]\n";
+  std::cout << "\n[" << (total_bytes >> 20) << " MB of fp32 grads in " << count << " tensors, "
+            << threads << " thread(s)]\n";
   auto grads = make_grads(total_bytes, count, at::kFloat, 1);
   const double gb = double(bytes_of(grads)) / 1e9;
   std::vector<at::Tensor> copy_dst;
-  for (auto& g : grads) copy_dst.push_back(at::empty_like(g));
+  for (auto& g : grads)
+    copy_dst.push_back(at::empty_like(g));
   at::Tensor found = at::zeros({}, at::kFloat);
   // Alternating 0.5 and 2 keeps values normal (subnormals would slow any multiply).
   int flip = 0;
   auto next_inv = [&] { return (flip++ & 1) ? 2.0f : 0.5f; };
 
-  const double t_copy = median_seconds([&] { parallel_copy(grads, copy_dst); }, min_reps, min_seconds);
+  const double t_copy =
+      median_seconds([&] { parallel_copy(grads, copy_dst); }, min_reps, min_seconds);
   volatile std::uint64_t sink = 0;
-  const double t_read = median_seconds([&] { sink = sink + read_stream(grads); }, min_reps, min_seconds);
+  const double t_read =
+      median_seconds([&] { sink = sink + read_stream(grads); }, min_reps, min_seconds);
   const double t_rmw = median_seconds([&] { rmw_stream(grads); }, min_reps, min_seconds);
-  const double t_fused =
-      median_seconds([&] { k::unscale_and_check(grads, next_inv(), found); }, min_reps, min_seconds);
+  const double t_fused = median_seconds([&] { k::unscale_and_check(grads, next_inv(), found); },
+                                        min_reps, min_seconds);
   const double t_torch =
       median_seconds([&] { libtorch_unscale(grads, next_inv()); }, min_reps, min_seconds);
-  const double t_check = median_seconds([&] { k::check_finite(grads, found); }, min_reps, min_seconds);
+  const double t_check =
+      median_seconds([&] { k::check_finite(grads, found); }, min_reps, min_seconds);
 
   // Grad move: fp16 model grads with the same element counts into fp32 masters.
   std::vector<at::Tensor> model, master;
@@ -221,11 +235,13 @@ void run_size(std::int64_t total_bytes, int count, int threads, int min_reps, do
     model.push_back(g.to(at::kHalf));
     master.push_back(at::empty_like(g));
   }
-  const double t_move = median_seconds(
-      [&] { k::move_grads_and_unscale(model, master, 1.0f / 1024.0f, found); }, min_reps, min_seconds);
+  const double t_move =
+      median_seconds([&] { k::move_grads_and_unscale(model, master, 1.0f / 1024.0f, found); },
+                     min_reps, min_seconds);
   const double t_move_torch = median_seconds(
       [&] {
-        for (std::size_t i = 0; i < model.size(); ++i) master[i].copy_(model[i]);
+        for (std::size_t i = 0; i < model.size(); ++i)
+          master[i].copy_(model[i]);
         libtorch_unscale(master, 1.0 / 1024.0);
       },
       min_reps, min_seconds);
@@ -271,16 +287,19 @@ void run_half_types(std::int64_t total_bytes, int count, int threads, int min_re
   at::set_num_threads(threads);
   for (at::ScalarType dtype : {at::kHalf, at::kBFloat16}) {
     const std::string name = dtype == at::kHalf ? "fp16" : "bf16";
-    const std::string tag = std::to_string(total_bytes >> 20) + "MB/t" + std::to_string(threads) + "/" + name;
+    const std::string tag =
+        std::to_string(total_bytes >> 20) + "MB/t" + std::to_string(threads) + "/" + name;
     auto grads = make_grads(total_bytes, count, dtype, 2);
     const double gb = double(bytes_of(grads)) / 1e9;
     at::Tensor found = at::zeros({}, at::kFloat);
     int flip = 0;
-    const double t_fused = median_seconds(
-        [&] { k::unscale_and_check(grads, (flip++ & 1) ? 2.0f : 0.5f, found); }, min_reps, min_seconds);
+    const double t_fused =
+        median_seconds([&] { k::unscale_and_check(grads, (flip++ & 1) ? 2.0f : 0.5f, found); },
+                       min_reps, min_seconds);
     const double t_torch = median_seconds(
         [&] { libtorch_unscale(grads, (flip++ & 1) ? 2.0 : 0.5); }, min_reps, min_seconds);
-    const double t_check = median_seconds([&] { k::check_finite(grads, found); }, min_reps, min_seconds);
+    const double t_check =
+        median_seconds([&] { k::check_finite(grads, found); }, min_reps, min_seconds);
     std::cout << "\n[" << (total_bytes >> 20) << " MB of " << name << " grads, " << threads
               << " thread(s)]\n";
     row("fused unscale+check", gb / t_fused, "vs LibTorch " + ratio_text(t_torch / t_fused, 3.0));
@@ -308,9 +327,12 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--tensors", count, "tensors per gradient list")->check(CLI::Range(1, 100000));
-  app.add_option("--threads", threads_opt, "thread counts to run: numbers or 'all'")->delimiter(',');
-  app.add_option("--min-reps", min_reps, "minimum repetitions per figure")->check(CLI::Range(1, 1000));
-  app.add_option("--min-seconds", min_seconds, "minimum time per figure")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads_opt, "thread counts to run: numbers or 'all'")
+      ->delimiter(',');
+  app.add_option("--min-reps", min_reps, "minimum repetitions per figure")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--min-seconds", min_seconds, "minimum time per figure")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "write the figures as JSON (name -> value) to this file");
   app.add_flag("--quick", quick, "small sizes and few repetitions (a smoke run)");
   CLI11_PARSE(app, argc, argv);
@@ -344,13 +366,15 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::cout << "ampactor-bench-kernels: CPU loops '" << k::cpu_loop_variant() << "', "
-            << all << " hardware thread(s) available\n";
+  std::cout << "ampactor-bench-kernels: CPU loops '" << k::cpu_loop_variant() << "', " << all
+            << " hardware thread(s) available\n";
   Results res;
   for (int t : threads)
-    for (std::int64_t mb : sizes_mb) run_size(mb << 20, count, t, min_reps, min_seconds, res);
+    for (std::int64_t mb : sizes_mb)
+      run_size(mb << 20, count, t, min_reps, min_seconds, res);
   const std::int64_t half_mb = std::min<std::int64_t>(64, sizes_mb.back());
-  for (int t : threads) run_half_types(half_mb << 20, count, t, min_reps, min_seconds, res);
+  for (int t : threads)
+    run_half_types(half_mb << 20, count, t, min_reps, min_seconds, res);
   res.json["meta/threads_all"] = all;
   res.json["meta/tensors"] = count;
   if (!json_path.empty()) {

@@ -1,6 +1,6 @@
 // LocalGradScaler against torch.amp.GradScaler's meaning: the scaling harness, multiple
 // optimizers, accumulation, clipping, state_dict, disabled mode and every error text.
-#include <doctest/doctest.h>
+#include "doctest_torch.h"
 
 #include <ampactor/scaler/local_grad_scaler.h>
 
@@ -212,7 +212,7 @@ TEST_CASE("scale: tensors and lists; the result keeps the output dtype") {
   CHECK(at::equal(many[0], at::full({3}, 6.0f)));
   CHECK(at::equal(many[1], at::full({2}, 8.0, at::kDouble)));
   // As with torch's 0-dim scale tensor, an fp16 output stays fp16.
-  CHECK(scaler.scale(at::ones({2}, at::kHalf)).scalar_type() == at::kHalf);
+  CHECK(bool(scaler.scale(at::ones({2}, at::kHalf)).scalar_type() == at::kHalf));
   CHECK_THROWS_WITH_AS(scaler.scale(at::Tensor()),
                        "outputs must be a Tensor or an iterable of Tensors", ScalerError);
   CHECK_THROWS_WITH_AS(scaler.scale(std::vector<at::Tensor>{x, at::Tensor()}),

@@ -1,6 +1,6 @@
 // The raw loops of every instruction-set variant, over every 16-bit pattern, against c10's
 // conversions (the reference for torch's own results).
-#include <doctest/doctest.h>
+#include "doctest_torch.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>

@@ -1,5 +1,5 @@
 // The update rule, option checks, the stage machine and state_dict values: no tensors involved.
-#include <doctest/doctest.h>
+#include "doctest_torch.h"
 
 #include <ampactor/scaler/errors.h>
 #include <ampactor/scaler/scale_state.h>

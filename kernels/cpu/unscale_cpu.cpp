@@ -51,7 +51,9 @@ struct Name {
   std::size_t index;
   std::string str() const { return std::string(list) + "[" + std::to_string(index) + "]"; }
 };
-std::string operator+(const Name& n, const char* s) { return n.str() + s; }
+std::string operator+(const Name& n, const char* s) {
+  return n.str() + s;
+}
 
 ElemType elem_type(const char* op, const Name& name, const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -166,8 +168,8 @@ void check_scalar_tensor(const char* op, const char* name, const at::Tensor& t,
                  device.str());
 }
 
-void check_grad(const char* op, const Name& name, const at::Tensor& t,
-                const c10::Device& device, bool written) {
+void check_grad(const char* op, const Name& name, const at::Tensor& t, const c10::Device& device,
+                bool written) {
   if (!t.defined()) fail(op, name + " is undefined");
   if (t.layout() != at::kStrided) fail(op, name + " is not a strided (dense) tensor");
   if (t.device() != device)
