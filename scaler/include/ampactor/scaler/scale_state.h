@@ -50,6 +50,9 @@ class ScaleState {
 
   /// One update after an iteration. Requires initialized().
   UpdateOutcome update(bool found_inf);
+  /// An overflow that is not backed off again (the lagged policy's second report of one event):
+  /// the tracker restarts, the scale stays. Requires initialized().
+  void reset_tracker() { tracker_ = 0; }
   /// update(new_scale): sets the scale (rounded to float), leaves the tracker. Requires
   /// initialized().
   void set_scale(double new_scale);

@@ -1,0 +1,226 @@
+#include <ampactor/actors/scale_keeper.h>
+
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <deque>
+#include <map>
+#include <variant>
+#include <vector>
+
+namespace ampactor {
+namespace {
+
+/// What has arrived for one iteration from the optimizer side.
+struct Unscales {
+  std::int32_t count = 0;
+  bool found_inf = false;
+  /// Whether every report with found_inf was made at the scale that is current when the update
+  /// is applied (lagged policy: otherwise the event was already backed off).
+  bool inf_at_current_scale = false;
+};
+
+template <class T>
+using promise = caf::typed_response_promise<T>;
+
+struct QueuedScaleRequest {
+  ScaleRequest req;
+  promise<ScaleReply> rp;
+};
+struct QueuedGet {
+  promise<ScaleParams> rp;
+};
+struct QueuedSet {
+  SetParam req;
+  promise<ScaleParams> rp;
+};
+struct QueuedStateDict {
+  promise<StateDictMsg> rp;
+};
+struct QueuedLoad {
+  LoadStateDict req;
+  promise<ScaleParams> rp;
+};
+using Command = std::variant<UpdateScale, QueuedScaleRequest, QueuedGet, QueuedSet, QueuedStateDict,
+                             QueuedLoad>;
+
+struct keeper_state {
+  ScaleState state;
+  ScalePolicy policy = ScalePolicy::exact;
+  iteration_t applied_through = -1;
+  std::map<iteration_t, Unscales> unscales;
+  std::map<iteration_t, std::vector<float>> inf_scales;  // scale_used of reports with found_inf
+  std::deque<Command> queue;
+  std::vector<caf::actor> subscribers;
+  static inline const char* name = "ampactor.scale_keeper";
+};
+
+using keeper_ptr = scale_keeper_actor::stateful_pointer<keeper_state>;
+
+ScaleParams params(const keeper_state& st) {
+  return {st.applied_through,        st.state.get_scale(),       st.state.growth_factor(),
+          st.state.backoff_factor(), st.state.growth_interval(), st.state.growth_tracker()};
+}
+
+bool ready(const keeper_state& st, const UpdateScale& u) {
+  if (u.has_new_scale) return true;
+  auto it = st.unscales.find(u.k);
+  const std::int32_t got = it == st.unscales.end() ? 0 : it->second.count;
+  return got >= u.expected_unscales;
+}
+
+void apply_update(keeper_ptr self, const UpdateScale& u) {
+  auto& st = self->state;
+  st.state.lazy_init();
+  UpdateApplied out;
+  out.k = u.k;
+  if (u.has_new_scale) {
+    st.state.set_scale(u.new_scale);
+  } else {
+    const Unscales got = st.unscales[u.k];
+    out.found_inf = got.found_inf;
+    bool stale = false;
+    if (st.policy == ScalePolicy::lagged && got.found_inf) {
+      // One overflow event, one backoff: an overflow found with a scale that is already larger
+      // than the current one was produced before the backoff that answered it.
+      stale = true;
+      for (float s : st.inf_scales[u.k])
+        if (s <= st.state.scale()) stale = false;
+    }
+    if (stale) {
+      st.state.reset_tracker();
+    } else {
+      const UpdateOutcome o = st.state.update(got.found_inf);
+      out.backed_off = o.backed_off;
+      out.grew = o.grew;
+    }
+  }
+  st.unscales.erase(u.k);
+  st.inf_scales.erase(u.k);
+  st.applied_through = std::max(st.applied_through, u.k);
+  out.scale = st.state.scale();
+  out.growth_tracker = st.state.growth_tracker();
+  for (auto& s : st.subscribers)
+    caf::anon_send(s, out);
+}
+
+caf::error apply_set(keeper_state& st, const SetParam& s) {
+  try {
+    switch (s.which) {
+      case Param::growth_factor:
+        st.state.set_growth_factor(s.value);
+        break;
+      case Param::backoff_factor:
+        st.state.set_backoff_factor(s.value);
+        break;
+      case Param::growth_interval:
+        if (s.value != double(std::int64_t(s.value)))
+          return make_error(errc::bad_growth_interval, "The growth interval must be an integer.");
+        st.state.set_growth_interval(std::int64_t(s.value));
+        break;
+    }
+  } catch (const ScalerError& e) {
+    return make_error(e.code(), e.what());
+  }
+  return {};
+}
+
+/// Runs queued commands in mailbox order until one must wait.
+void drain(keeper_ptr self) {
+  auto& st = self->state;
+  while (!st.queue.empty()) {
+    Command& head = st.queue.front();
+    if (auto* u = std::get_if<UpdateScale>(&head)) {
+      if (!ready(st, *u)) return;
+      if (u->k > st.applied_through) apply_update(self, *u);  // an update is never applied twice
+    } else if (auto* r = std::get_if<QueuedScaleRequest>(&head)) {
+      r->rp.deliver(ScaleReply{r->req.k, st.state.scale()});
+    } else if (auto* g = std::get_if<QueuedGet>(&head)) {
+      g->rp.deliver(params(st));
+    } else if (auto* s = std::get_if<QueuedSet>(&head)) {
+      if (auto err = apply_set(st, s->req))
+        s->rp.deliver(std::move(err));
+      else
+        s->rp.deliver(params(st));
+    } else if (auto* d = std::get_if<QueuedStateDict>(&head)) {
+      d->rp.deliver(to_message(make_state_dict(st.state)));
+    } else if (auto* l = std::get_if<QueuedLoad>(&head)) {
+      try {
+        load_state_dict(st.state, from_message(l->req.state));
+        l->rp.deliver(params(st));
+      } catch (const ScalerError& e) {
+        l->rp.deliver(make_error(e.code(), e.what()));
+      }
+    }
+    st.queue.pop_front();
+  }
+}
+
+scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts,
+                                         ScalePolicy policy) {
+  self->state.state = ScaleState(opts);
+  self->state.policy = policy;
+  return {
+      [=](ScaleRequest req) -> caf::result<ScaleReply> {
+        auto& st = self->state;
+        st.state.lazy_init();
+        if (st.policy == ScalePolicy::lagged || st.queue.empty())
+          return ScaleReply{req.k, st.state.scale()};
+        auto rp = self->make_response_promise<ScaleReply>();
+        st.queue.emplace_back(QueuedScaleRequest{req, rp});
+        return rp;
+      },
+      [=](UnscaleDone d) {
+        auto& st = self->state;
+        if (d.k <= st.applied_through) return;  // late report for an applied update: ignored
+        Unscales& u = st.unscales[d.k];
+        ++u.count;
+        if (d.found_inf) {
+          u.found_inf = true;
+          st.inf_scales[d.k].push_back(d.scale_used);
+        }
+        drain(self);
+      },
+      [=](UpdateScale u) {
+        self->state.queue.emplace_back(u);
+        drain(self);
+      },
+      [=](GetParams g) -> caf::result<ScaleParams> {
+        auto& st = self->state;
+        if (!g.up_to_date || st.queue.empty()) return params(st);
+        auto rp = self->make_response_promise<ScaleParams>();
+        st.queue.emplace_back(QueuedGet{rp});
+        return rp;
+      },
+      [=](SetParam s) -> caf::result<ScaleParams> {
+        auto rp = self->make_response_promise<ScaleParams>();
+        self->state.queue.emplace_back(QueuedSet{s, rp});
+        drain(self);
+        return rp;
+      },
+      [=](GetStateDict) -> caf::result<StateDictMsg> {
+        auto rp = self->make_response_promise<StateDictMsg>();
+        self->state.queue.emplace_back(QueuedStateDict{rp});
+        drain(self);
+        return rp;
+      },
+      [=](LoadStateDict l) -> caf::result<ScaleParams> {
+        auto rp = self->make_response_promise<ScaleParams>();
+        self->state.queue.emplace_back(QueuedLoad{l, rp});
+        drain(self);
+        return rp;
+      },
+      [=](subscribe_atom, caf::actor who) { self->state.subscribers.push_back(std::move(who)); },
+  };
+}
+
+}  // namespace
+
+scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
+                                      ScalePolicy policy) {
+  opts.validate();
+  return sys.spawn(keeper, opts, policy);
+}
+
+}  // namespace ampactor

@@ -1,0 +1,70 @@
+#include <ampactor/messages/messages.h>
+#include <ampactor/messages/registry.h>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/make_message.hpp>
+
+namespace ampactor {
+
+StateDictMsg to_message(const StateDict& sd) {
+  StateDictMsg m;
+  if (sd.empty()) return m;
+  m.empty = false;
+  m.scale = sd.get_double("scale");
+  m.growth_factor = sd.get_double("growth_factor");
+  m.backoff_factor = sd.get_double("backoff_factor");
+  m.growth_interval = sd.get_int("growth_interval");
+  m.growth_tracker = sd.get_int("_growth_tracker");
+  return m;
+}
+
+StateDict from_message(const StateDictMsg& m) {
+  StateDict sd;
+  if (m.empty) return sd;
+  sd.set("scale", m.scale);
+  sd.set("growth_factor", m.growth_factor);
+  sd.set("backoff_factor", m.backoff_factor);
+  sd.set("growth_interval", m.growth_interval);
+  sd.set("_growth_tracker", m.growth_tracker);
+  return sd;
+}
+
+caf::error make_error(errc code) {
+  return caf::error(static_cast<std::uint8_t>(code), error_category);
+}
+
+caf::error make_error(errc code, const std::string& what) {
+  return caf::error(static_cast<std::uint8_t>(code), error_category, caf::make_message(what));
+}
+
+ScalerError to_exception(const caf::error& e) {
+  if (e.category() != error_category)
+    return ScalerError(errc::step_failed, "actor error: " + caf::to_string(e));
+  const auto code = static_cast<errc>(e.code());
+  std::string text;
+  if (e.context().match_elements<std::string>()) text = e.context().get_as<std::string>(0);
+  return ScalerError(code, text.empty() ? std::string(to_string(code)) : text);
+}
+
+void register_messages(caf::actor_system_config& cfg) {
+  cfg.add_message_type<ScaleRequest>("ampactor::ScaleRequest");
+  cfg.add_message_type<ScaleReply>("ampactor::ScaleReply");
+  cfg.add_message_type<UnscaleDone>("ampactor::UnscaleDone");
+  cfg.add_message_type<StepResult>("ampactor::StepResult");
+  cfg.add_message_type<UpdateScale>("ampactor::UpdateScale");
+  cfg.add_message_type<UpdateApplied>("ampactor::UpdateApplied");
+  cfg.add_message_type<ScaleParams>("ampactor::ScaleParams");
+  cfg.add_message_type<GetParams>("ampactor::GetParams");
+  cfg.add_message_type<SetParam>("ampactor::SetParam");
+  cfg.add_message_type<StateDictMsg>("ampactor::StateDictMsg");
+  cfg.add_message_type<GetStateDict>("ampactor::GetStateDict");
+  cfg.add_message_type<LoadStateDict>("ampactor::LoadStateDict");
+  cfg.add_error_category(
+      error_category, [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {
+        std::string s = std::string("ampactor::") + to_string(static_cast<errc>(code));
+        if (ctx.match_elements<std::string>()) s += ": " + ctx.get_as<std::string>(0);
+        return s;
+      });
+}
+
+}  // namespace ampactor

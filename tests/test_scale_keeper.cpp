@@ -1,0 +1,288 @@
+// The scale_keeper under CAF's deterministic scheduler: every message is delivered when the test
+// says so, so each ordering is exercised on purpose.
+#include <doctest/doctest.h>
+
+#include <ampactor/actors/scale_keeper.h>
+#include <ampactor/messages/registry.h>
+
+#include <caf/all.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include <optional>
+#include <random>
+
+using namespace ampactor;
+
+namespace {
+
+struct Config : caf::actor_system_config {
+  Config() {
+    register_messages(*this);
+    set("scheduler.policy", caf::atom("testing"));
+  }
+};
+
+/// A keeper, a scoped actor standing for the trainer, and helpers that run the scheduler and
+/// read what came back without ever blocking.
+struct Fixture {
+  Config cfg;
+  caf::actor_system sys{cfg};
+  caf::scheduler::test_coordinator& sched =
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  caf::scoped_actor self{sys};
+  scale_keeper_actor keeper;
+
+  explicit Fixture(GradScalerOptions opts = {}, ScalePolicy policy = ScalePolicy::exact) {
+    keeper = spawn_scale_keeper(sys, opts, policy);
+    sched.run();
+  }
+  ~Fixture() {
+    caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  template <class... Ts>
+  void send(Ts... msg) {
+    self->send(keeper, std::move(msg)...);
+    sched.run();
+  }
+
+  /// The next message in the trainer's mailbox, if it is a T.
+  template <class T>
+  std::optional<T> take() {
+    std::optional<T> out;
+    if (self->mailbox().empty()) return out;
+    self->receive([&](const T& x) { out = x; }, [&](caf::error& e) { last_error = e; },
+                  caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
+                    return caf::sec::unexpected_message;
+                  });
+    return out;
+  }
+  bool idle() { return self->mailbox().empty(); }
+  caf::error last_error;
+};
+
+GradScalerOptions opts(double init, double growth, double backoff, std::int64_t interval) {
+  GradScalerOptions o;
+  o.init_scale = init;
+  o.growth_factor = growth;
+  o.backoff_factor = backoff;
+  o.growth_interval = interval;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("exact: ScaleRequest{k} waits for update k-1, which waits for its UnscaleDone") {
+  Fixture f(opts(128, 2, 0.5, 1));
+  f.send(ScaleRequest{0});
+  auto r0 = f.take<ScaleReply>();
+  REQUIRE(r0);
+  CHECK(r0->scale == 128.0f);
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(ScaleRequest{1});
+  CHECK(f.idle());  // deferred: update 0 still lacks its UnscaleDone
+  f.send(UnscaleDone{0, 7, false, 128.0f});
+  auto r1 = f.take<ScaleReply>();
+  REQUIRE(r1);
+  CHECK(r1->k == 1);
+  CHECK(r1->scale == 256.0f);
+}
+
+TEST_CASE("UnscaleDone before UpdateScale: the update applies when it arrives") {
+  Fixture f(opts(128, 2, 0.5, 1));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send(UnscaleDone{0, 7, true, 128.0f});
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(ScaleRequest{1});
+  auto r1 = f.take<ScaleReply>();
+  REQUIRE(r1);
+  CHECK(r1->scale == 64.0f);
+}
+
+TEST_CASE("two optimizers reporting in either order: one update, after both") {
+  for (bool inf_first : {true, false}) {
+    CAPTURE(inf_first);
+    Fixture f(opts(128, 2, 0.5, 1));
+    f.send(ScaleRequest{0});
+    f.take<ScaleReply>();
+    f.send(UpdateScale{0, 2, false, 0});
+    f.send(GetParams{0, true});
+    f.send(UnscaleDone{0, inf_first ? 1u : 2u, inf_first, 128.0f});
+    CHECK(f.idle());  // one report is not enough
+    f.send(UnscaleDone{0, inf_first ? 2u : 1u, !inf_first, 128.0f});
+    auto p = f.take<ScaleParams>();
+    REQUIRE(p);
+    CHECK(p->scale == 64.0);  // backed off once
+    CHECK(p->applied_through == 0);
+  }
+}
+
+TEST_CASE("getters: up_to_date waits for earlier updates, otherwise answers at once") {
+  Fixture f(opts(128, 2, 0.5, 1));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(GetParams{0, false});
+  auto now = f.take<ScaleParams>();
+  REQUIRE(now);
+  CHECK(now->scale == 128.0);  // predates the pending update
+  CHECK(now->applied_through == -1);
+  f.send(GetParams{0, true});
+  CHECK(f.idle());
+  f.send(UnscaleDone{0, 1, false, 128.0f});
+  auto fresh = f.take<ScaleParams>();
+  REQUIRE(fresh);
+  CHECK(fresh->scale == 256.0);
+  CHECK(fresh->applied_through == 0);
+}
+
+TEST_CASE("setters apply in mailbox order: after the updates sent before them") {
+  Fixture f(opts(128, 2, 0.5, 1));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(SetParam{0, Param::growth_factor, 4.0});
+  CHECK(f.idle());
+  f.send(UnscaleDone{0, 1, false, 128.0f});
+  auto p = f.take<ScaleParams>();
+  REQUIRE(p);
+  CHECK(p->scale == 256.0);  // update 0 grew with the old factor 2
+  CHECK(p->growth_factor == 4.0);
+  f.send(UnscaleDone{1, 1, false, 256.0f});
+  f.send(UpdateScale{1, 1, false, 0});
+  f.send(GetParams{1, true});
+  auto q = f.take<ScaleParams>();
+  REQUIRE(q);
+  CHECK(q->scale == 1024.0);  // update 1 used the new factor
+}
+
+TEST_CASE("a refused setter or load changes nothing and answers with an error") {
+  Fixture f(opts(128, 2, 0.5, 3));
+  f.send(SetParam{0, Param::growth_factor, 0.5});
+  CHECK_FALSE(f.take<ScaleParams>());
+  REQUIRE(f.last_error);
+  CHECK(to_exception(f.last_error).code() == errc::bad_growth_factor);
+  f.last_error = caf::error{};
+  f.send(LoadStateDict{0, StateDictMsg{}});
+  CHECK_FALSE(f.take<ScaleParams>());
+  REQUIRE(f.last_error);
+  CHECK(std::string(to_exception(f.last_error).what()) ==
+        "The source state dict is empty, possibly because it was saved from a disabled instance "
+        "of GradScaler.");
+  f.send(GetParams{0, true});
+  auto p = f.take<ScaleParams>();
+  REQUIRE(p);
+  CHECK(p->growth_factor == 2.0);
+  CHECK(p->growth_interval == 3);
+}
+
+TEST_CASE("state_dict is a consistent snapshot: pending updates are applied first") {
+  Fixture f(opts(128, 2, 0.5, 1));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(GetStateDict{0});
+  CHECK(f.idle());
+  f.send(UnscaleDone{0, 1, false, 128.0f});
+  auto sd = f.take<StateDictMsg>();
+  REQUIRE(sd);
+  CHECK_FALSE(sd->empty);
+  CHECK(sd->scale == 256.0);
+  // and it loads into a fresh keeper
+  Fixture g;
+  g.send(LoadStateDict{0, *sd});
+  auto p = g.take<ScaleParams>();
+  REQUIRE(p);
+  CHECK(p->scale == 256.0);
+}
+
+TEST_CASE("UpdateScale with a new scale sets it and keeps the tracker; never applied twice") {
+  Fixture f(opts(128, 2, 0.5, 10));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send(UnscaleDone{0, 1, false, 128.0f});
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{1, 0, true, 5.0});
+  f.send(UpdateScale{1, 0, true, 9.0});  // a duplicate of iteration 1 is dropped
+  f.send(GetParams{2, true});
+  auto p = f.take<ScaleParams>();
+  REQUIRE(p);
+  CHECK(p->scale == 5.0);
+  CHECK(p->growth_tracker == 1);
+}
+
+TEST_CASE("subscribers receive UpdateApplied") {
+  Fixture f(opts(8, 2, 0.5, 1));
+  f.send(subscribe_atom::value, caf::actor_cast<caf::actor>(f.self));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send(UnscaleDone{0, 1, true, 8.0f});
+  f.send(UpdateScale{0, 1, false, 0});
+  auto a = f.take<UpdateApplied>();
+  REQUIRE(a);
+  CHECK(a->k == 0);
+  CHECK(a->found_inf);
+  CHECK(a->backed_off);
+  CHECK(a->scale == 4.0f);
+}
+
+TEST_CASE("lagged: answered at once; one overflow event gives one backoff") {
+  Fixture f(opts(1024, 2, 0.5, 100), ScalePolicy::lagged);
+  f.send(ScaleRequest{0});
+  CHECK(f.take<ScaleReply>()->scale == 1024.0f);
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(ScaleRequest{1});  // answered before update 0 is applied: one iteration late
+  auto r1 = f.take<ScaleReply>();
+  REQUIRE(r1);
+  CHECK(r1->scale == 1024.0f);
+  // Iteration 0 overflowed at 1024; iteration 1's grads, made with the same 1024, overflow too.
+  f.send(UnscaleDone{0, 1, true, 1024.0f});
+  f.send(UpdateScale{1, 1, false, 0});
+  f.send(UnscaleDone{1, 1, true, 1024.0f});
+  f.send(GetParams{1, true});
+  auto p = f.take<ScaleParams>();
+  REQUIRE(p);
+  CHECK(p->scale == 512.0);  // RoundPipe would be at 256
+  CHECK(p->growth_tracker == 0);
+}
+
+// The exact policy over many random found_inf schedules and message orders equals the
+// thread-free rule applied in iteration order.
+TEST_CASE("exact: random schedules and orders give the thread-free trajectory") {
+  std::mt19937 rng(12345);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int optimizers = 1 + int(rng() % 3);
+    GradScalerOptions o = opts(double(1 << (rng() % 16)), 2.0, 0.5, 1 + rng() % 4);
+    Fixture f(o);
+    ScaleState ref(o);
+    ref.lazy_init();
+    for (iteration_t k = 0; k < 25; ++k) {
+      f.send(ScaleRequest{k});
+      auto r = f.take<ScaleReply>();
+      REQUIRE(r);
+      REQUIRE(r->scale == ref.scale());
+      bool any = false;
+      std::vector<UnscaleDone> reports;
+      for (int i = 0; i < optimizers; ++i) {
+        const bool inf = rng() % 5 == 0;
+        any |= inf;
+        reports.push_back({k, optimizer_id(i), inf, r->scale});
+      }
+      std::shuffle(reports.begin(), reports.end(), rng);
+      const std::size_t before = rng() % (reports.size() + 1);  // how many arrive before the update
+      for (std::size_t i = 0; i < before; ++i)
+        f.send(reports[i]);
+      f.send(UpdateScale{k, optimizers, false, 0});
+      for (std::size_t i = before; i < reports.size(); ++i)
+        f.send(reports[i]);
+      ref.update(any);
+    }
+    f.send(GetParams{25, true});
+    auto p = f.take<ScaleParams>();
+    REQUIRE(p);
+    CHECK(p->scale == double(ref.scale()));
+    CHECK(p->growth_tracker == ref.growth_tracker());
+  }
+}
