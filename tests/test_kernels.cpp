@@ -277,6 +277,14 @@ TEST_CASE("bad input is refused with a clear error and no gradient changes") {
     CHECK(at::equal(c.grads[0], before[0]));
     if (c.found.defined()) CHECK(at::equal(c.found, found_before));
   }
+  // Every tensor on a device this build has no kernels for.
+  {
+    auto meta = at::TensorOptions().device(at::kMeta);
+    std::vector<at::Tensor> on_meta{at::empty({4}, meta.dtype(at::kFloat))};
+    at::Tensor found_meta = at::empty({}, meta.dtype(at::kFloat));
+    CHECK_THROWS_WITH_AS(k::unscale_and_check(on_meta, 0.5f, found_meta),
+                         doctest::Contains("need the CUDA kernels"), std::invalid_argument);
+  }
   // inv_scale given as a bad tensor
   auto grads = std::vector<at::Tensor>{good()};
   auto before = clones(grads);

@@ -205,12 +205,19 @@ TEST_CASE("UpdateScale with a new scale sets it and keeps the tracker; never app
   f.send(UnscaleDone{0, 1, false, 128.0f});
   f.send(UpdateScale{0, 1, false, 0});
   f.send(UpdateScale{1, 0, true, 5.0});
-  f.send(UpdateScale{1, 0, true, 9.0});  // a duplicate of iteration 1 is dropped
+  f.send(UpdateScale{1, 0, true, 9.0});     // a duplicate of iteration 1 is dropped
+  f.send(UnscaleDone{0, 1, true, 128.0f});  // a late report for an applied update too
   f.send(GetParams{2, true});
   auto p = f.take<ScaleParams>();
   REQUIRE(p);
   CHECK(p->scale == 5.0);
   CHECK(p->growth_tracker == 1);
+  f.send(UnscaleDone{2, 1, false, 5.0f});
+  f.send(UpdateScale{2, 1, false, 0});
+  f.send(GetParams{3, true});
+  auto q = f.take<ScaleParams>();
+  REQUIRE(q);
+  CHECK(q->growth_tracker == 2);  // the late inf report did not reset it
 }
 
 TEST_CASE("subscribers receive UpdateApplied") {

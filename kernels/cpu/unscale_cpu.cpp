@@ -293,6 +293,7 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
                   at::Tensor& found_inf) {
   const c10::Device device = common_device(grads, found_inf);
   check_scalar_tensor(op, "found_inf", found_inf, device);
+  check_device_supported(op, device);  // before any data pointer is read on the host
   if (inv_tensor) inv = read_inv_scale(op, *inv_tensor, device);
   // Check-only when the multiply is the identity: one read, no write.
   const bool write = inv != 1.0f;
@@ -305,7 +306,6 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
                     {static_cast<char*>(grads[i].data_ptr()), elem_type(op, name, grads[i])},
                     {nullptr, ElemType::f32}});
   }
-  check_device_supported(op, device);
   if (run(write ? Op::unscale : Op::check, jobs, inv)) set_found(found_inf);
   if (write) bump_versions(grads);
 }
@@ -315,6 +315,7 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
   const char* op = "move_grads_and_unscale";
   const c10::Device device = common_device(model_grads, found_inf);
   check_scalar_tensor(op, "found_inf", found_inf, device);
+  check_device_supported(op, device);  // before any data pointer is read on the host
   if (inv_tensor) inv = read_inv_scale(op, *inv_tensor, device);
   if (model_grads.size() != master_grads.size())
     fail(op, "got " + std::to_string(model_grads.size()) + " model grads but " +
@@ -344,7 +345,6 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
     jobs.back().a.base = static_cast<char*>(const_cast<void*>(model.data_ptr()));
     jobs.back().b.base = static_cast<char*>(master.data_ptr());
   }
-  check_device_supported(op, device);
   if (run(Op::move, jobs, inv)) set_found(found_inf);
   bump_versions(master_grads);
 }
