@@ -4,6 +4,8 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <deque>
 #include <map>
 #include <variant>
@@ -16,9 +18,9 @@ namespace {
 struct Unscales {
   std::int32_t count = 0;
   bool found_inf = false;
-  /// Whether every report with found_inf was made at the scale that is current when the update
-  /// is applied (lagged policy: otherwise the event was already backed off).
-  bool inf_at_current_scale = false;
+  /// The smallest scale_used among reports with found_inf (lagged policy: if it is larger than
+  /// the current scale, that overflow event was already backed off).
+  float min_inf_scale = INFINITY;
 };
 
 template <class T>
@@ -50,7 +52,6 @@ struct keeper_state {
   ScalePolicy policy = ScalePolicy::exact;
   iteration_t applied_through = -1;
   std::map<iteration_t, Unscales> unscales;
-  std::map<iteration_t, std::vector<float>> inf_scales;  // scale_used of reports with found_inf
   std::deque<Command> queue;
   std::vector<caf::actor> subscribers;
   static inline const char* name = "ampactor.scale_keeper";
@@ -80,14 +81,10 @@ void apply_update(keeper_ptr self, const UpdateScale& u) {
   } else {
     const Unscales got = st.unscales[u.k];
     out.found_inf = got.found_inf;
-    bool stale = false;
-    if (st.policy == ScalePolicy::lagged && got.found_inf) {
-      // One overflow event, one backoff: an overflow found with a scale that is already larger
-      // than the current one was produced before the backoff that answered it.
-      stale = true;
-      for (float s : st.inf_scales[u.k])
-        if (s <= st.state.scale()) stale = false;
-    }
+    // One overflow event, one backoff: an overflow found only with scales larger than the current
+    // one was produced before the backoff that already answered it.
+    const bool stale =
+        st.policy == ScalePolicy::lagged && got.found_inf && got.min_inf_scale > st.state.scale();
     if (stale) {
       st.state.reset_tracker();
     } else {
@@ -97,7 +94,6 @@ void apply_update(keeper_ptr self, const UpdateScale& u) {
     }
   }
   st.unscales.erase(u.k);
-  st.inf_scales.erase(u.k);
   st.applied_through = std::max(st.applied_through, u.k);
   out.scale = st.state.scale();
   out.growth_tracker = st.state.growth_tracker();
@@ -178,7 +174,7 @@ scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts
         ++u.count;
         if (d.found_inf) {
           u.found_inf = true;
-          st.inf_scales[d.k].push_back(d.scale_used);
+          u.min_inf_scale = std::min(u.min_inf_scale, d.scale_used);
         }
         drain(self);
       },

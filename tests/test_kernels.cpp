@@ -22,6 +22,19 @@ const at::ScalarType kGradTypes[] = {at::kFloat, at::kDouble, at::kHalf, at::kBF
 const Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced};
 const Poison kPoisons[] = {Poison::none, Poison::inf, Poison::nan};
 
+/// Runs `fn(dtype, layout, poison)` over the whole grid, each case captured for failure reports.
+template <typename F>
+void for_each_case(F&& fn) {
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Poison p : kPoisons) {
+        CAPTURE(c10::toString(dtype));
+        CAPTURE(name(l));
+        CAPTURE(name(p));
+        fn(dtype, l, p);
+      }
+}
+
 at::Tensor zero_flag() {
   return at::zeros({}, at::kFloat);
 }
@@ -101,36 +114,31 @@ TEST_CASE("unscale_and_check takes inv_scale as a tensor too, and is the same on
 TEST_CASE("the threaded path (lists over the parallel threshold) equals the reference") {
   const int threads = at::get_num_threads();
   at::set_num_threads(2);
-  for (at::ScalarType dtype : kGradTypes)
-    for (Layout l : kLayouts)
-      for (Poison p : kPoisons) {
-        CAPTURE(c10::toString(dtype));
-        CAPTURE(name(l));
-        CAPTURE(name(p));
-        // 3 x 333 x 1001 elements: many 64 Ki chunks; the poison sits in the very last chunk so
-        // only the thread that owns it can see it.
-        std::vector<at::Tensor> grads;
-        for (int i = 0; i < 3; ++i)
-          grads.push_back(make_grad(333, 1001, dtype, l, 40 + i));
-        poison(grads.back(), p, 333 * 1001 - 2);
-        std::vector<at::Tensor> want, master, want_master;
-        for (auto& g : grads) {
-          want.push_back(reference_unscale(g, 0.25f));
-          want_master.push_back(dtype == at::kDouble ? (g * 0.25).to(at::kFloat)
-                                                     : g.to(at::kFloat) * 0.25f);
-          master.push_back(at::empty(g.sizes(), at::kFloat));
-        }
-        at::Tensor found_move = zero_flag(), found_check = zero_flag(), found = zero_flag();
-        k::move_grads_and_unscale(grads, master, 0.25f, found_move);
-        k::check_finite(grads, found_check);
-        k::unscale_and_check(grads, 0.25f, found);
-        const float expect = p == Poison::none ? 0.0f : 1.0f;
-        CHECK(found.item<float>() == expect);
-        CHECK(found_check.item<float>() == expect);
-        CHECK(found_move.item<float>() == expect);
-        CHECK(all_same(grads, want));
-        CHECK(all_same(master, want_master));
-      }
+  for_each_case([](at::ScalarType dtype, Layout l, Poison p) {
+    // 3 x 333 x 1001 elements: many 64 Ki chunks; the poison sits in the very last chunk so
+    // only the thread that owns it can see it.
+    std::vector<at::Tensor> grads;
+    for (int i = 0; i < 3; ++i)
+      grads.push_back(make_grad(333, 1001, dtype, l, 40 + i));
+    poison(grads.back(), p, 333 * 1001 - 2);
+    std::vector<at::Tensor> want, master, want_master;
+    for (auto& g : grads) {
+      want.push_back(reference_unscale(g, 0.25f));
+      want_master.push_back(dtype == at::kDouble ? (g * 0.25).to(at::kFloat)
+                                                 : g.to(at::kFloat) * 0.25f);
+      master.push_back(at::empty(g.sizes(), at::kFloat));
+    }
+    at::Tensor found_move = zero_flag(), found_check = zero_flag(), found = zero_flag();
+    k::move_grads_and_unscale(grads, master, 0.25f, found_move);
+    k::check_finite(grads, found_check);
+    k::unscale_and_check(grads, 0.25f, found);
+    const float expect = p == Poison::none ? 0.0f : 1.0f;
+    CHECK(found.item<float>() == expect);
+    CHECK(found_check.item<float>() == expect);
+    CHECK(found_move.item<float>() == expect);
+    CHECK(all_same(grads, want));
+    CHECK(all_same(master, want_master));
+  });
   at::set_num_threads(threads);
 }
 
@@ -144,22 +152,17 @@ TEST_CASE("found_inf is only ever set, never cleared") {
 }
 
 TEST_CASE("check_finite and inv_scale == 1 find inf/NaN and leave every value as it is") {
-  for (at::ScalarType dtype : kGradTypes)
-    for (Layout l : kLayouts)
-      for (Poison p : kPoisons) {
-        CAPTURE(c10::toString(dtype));
-        CAPTURE(name(l));
-        CAPTURE(name(p));
-        auto grads = make_list(dtype, l, p, 5);
-        auto before = clones(grads);
-        at::Tensor found = zero_flag();
-        k::check_finite(grads, found);
-        CHECK(found.item<float>() == (p == Poison::none ? 0.0f : 1.0f));
-        at::Tensor found1 = zero_flag();
-        k::unscale_and_check(grads, 1.0f, found1);
-        CHECK(found1.item<float>() == found.item<float>());
-        CHECK(all_same(grads, before));
-      }
+  for_each_case([](at::ScalarType dtype, Layout l, Poison p) {
+    auto grads = make_list(dtype, l, p, 5);
+    auto before = clones(grads);
+    at::Tensor found = zero_flag();
+    k::check_finite(grads, found);
+    CHECK(found.item<float>() == (p == Poison::none ? 0.0f : 1.0f));
+    at::Tensor found1 = zero_flag();
+    k::unscale_and_check(grads, 1.0f, found1);
+    CHECK(found1.item<float>() == found.item<float>());
+    CHECK(all_same(grads, before));
+  });
 }
 
 TEST_CASE("check-only never writes: it runs on read-only memory") {

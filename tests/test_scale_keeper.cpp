@@ -11,7 +11,10 @@
 #include <optional>
 #include <random>
 
+#include "scale_options.h"
+
 using namespace ampactor;
+using ampactor::test::opts;
 
 namespace {
 
@@ -61,15 +64,6 @@ struct Fixture {
   bool idle() { return self->mailbox().empty(); }
   caf::error last_error;
 };
-
-GradScalerOptions opts(double init, double growth, double backoff, std::int64_t interval) {
-  GradScalerOptions o;
-  o.init_scale = init;
-  o.growth_factor = growth;
-  o.backoff_factor = backoff;
-  o.growth_interval = interval;
-  return o;
-}
 
 }  // namespace
 

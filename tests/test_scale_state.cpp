@@ -10,17 +10,12 @@
 #include <limits>
 #include <random>
 
+#include "scale_options.h"
+
 using namespace ampactor;
+using ampactor::test::opts;
 
 namespace {
-GradScalerOptions opts(double init, double growth, double backoff, std::int64_t interval) {
-  GradScalerOptions o;
-  o.init_scale = init;
-  o.growth_factor = growth;
-  o.backoff_factor = backoff;
-  o.growth_interval = interval;
-  return o;
-}
 
 template <typename F>
 errc code_of(F&& f) {
