@@ -6,8 +6,6 @@
 
 #include <functional>
 #include <optional>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include <ampactor/scaler/errors.h>
@@ -15,20 +13,9 @@
 #include <ampactor/scaler/scale_state.h>
 #include <ampactor/scaler/stage.h>
 #include <ampactor/scaler/state_dict.h>
-
-namespace torch::optim {
-class Optimizer;
-}
+#include <ampactor/scaler/step_tracker.h>
 
 namespace ampactor {
-
-/// Per-optimizer bookkeeping between two update() calls.
-struct OptimizerRecord {
-  OptState stage = OptState::ready;
-  /// One 1-element float tensor per device that had gradients (set by unscale_).
-  std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
-  bool any_found_inf() const;
-};
 
 class LocalGradScaler {
  public:
@@ -85,13 +72,11 @@ class LocalGradScaler {
 
  private:
   void require_initialized(const char* funcname) const;
-  /// Unscales into a fresh record without touching this->records_.
-  std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads(torch::optim::Optimizer& opt);
 
   GradScalerOptions opts_;
   bool enabled_;
   ScaleState state_;
-  std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord> records_;
+  StepTracker tracker_;
 };
 
 }  // namespace ampactor

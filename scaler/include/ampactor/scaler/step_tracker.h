@@ -1,0 +1,69 @@
+// The per-optimizer bookkeeping of one iteration: torch's stage machine and the inf checks that
+// unscale_ records. Shared by LocalGradScaler (one thread) and the optimizer actor (inside step
+// jobs), so both refuse misuse with the same texts and decide skips the same way.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <ampactor/scaler/stage.h>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ampactor {
+
+/// Per-optimizer record between two update() calls.
+struct OptimizerRecord {
+  OptState stage = OptState::ready;
+  /// One 1-element float tensor per device that had gradients (set by unscale_).
+  std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
+  bool any_found_inf() const;
+};
+
+/// What step() did with one optimizer.
+struct StepOutcome {
+  bool found_inf = false;
+  bool skipped = false;
+  /// The gradients were unscaled by this call (the optimizer was READY).
+  bool unscaled_here = false;
+  /// optimizer.step()'s return value; empty when skipped.
+  std::optional<at::Tensor> ret;
+};
+
+class StepTracker {
+ public:
+  explicit StepTracker(bool allow_fp16_grads = false) : allow_fp16_grads_(allow_fp16_grads) {}
+
+  /// unscale_: refuses a second unscale_ or one after step(), else unscales every gradient of
+  /// `opt` in place by `inv_scale` and records inf/NaN. Returns whether any was found.
+  bool unscale_(torch::optim::Optimizer& opt, float inv_scale);
+  /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. Refuses a second
+  /// step() and an optimizer without gradients. A refused call changes nothing.
+  StepOutcome step(torch::optim::Optimizer& opt, float inv_scale);
+
+  OptState stage(const torch::optim::Optimizer& opt) const;
+  /// nullopt before unscale_/step in this iteration.
+  std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
+  /// Optimizers whose inf checks are recorded, and whether any of them found inf/NaN.
+  std::size_t recorded() const;
+  bool any_found_inf() const;
+  /// update(): every optimizer back to READY.
+  void reset() { records_.clear(); }
+
+ private:
+  /// Unscales into a fresh record without touching records_ (so a refusal changes nothing).
+  std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads(torch::optim::Optimizer& opt,
+                                                                float inv_scale) const;
+
+  bool allow_fp16_grads_;
+  std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord> records_;
+};
+
+}  // namespace ampactor

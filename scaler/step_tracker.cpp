@@ -1,0 +1,112 @@
+#include <ampactor/kernels/unscale.h>
+#include <ampactor/scaler/errors.h>
+#include <ampactor/scaler/step_tracker.h>
+
+#include <ATen/ops/zeros.h>
+#include <torch/optim/optimizer.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace ampactor {
+
+bool OptimizerRecord::any_found_inf() const {
+  for (const auto& [device, t] : found_inf_per_device)
+    if (t.item<float>() != 0.0f) return true;
+  return false;
+}
+
+std::vector<std::pair<c10::Device, at::Tensor>> StepTracker::unscale_grads(
+    torch::optim::Optimizer& opt, float inv_scale) const {
+  // Collect and check everything before the first write, so a refusal changes nothing.
+  std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> per_device;
+  for (auto& group : opt.param_groups()) {
+    for (auto& p : group.params()) {
+      at::Tensor& g = p.mutable_grad();
+      if (!g.defined()) continue;
+      if (!allow_fp16_grads_ && g.scalar_type() == at::kHalf)
+        throw ScalerError(errc::fp16_grads, texts::fp16_grads);
+      at::Tensor to_unscale = g;
+      if (g.is_sparse()) {
+        // Uncoalesced fp16 values could overflow when summed later; torch coalesces them here.
+        if (g.scalar_type() == at::kHalf) g = g.coalesce();
+        to_unscale = g._values();
+      }
+      auto it = std::find_if(per_device.begin(), per_device.end(),
+                             [&](const auto& e) { return e.first == to_unscale.device(); });
+      if (it == per_device.end()) {
+        per_device.emplace_back(to_unscale.device(), std::vector<at::Tensor>{});
+        it = per_device.end() - 1;
+      }
+      it->second.push_back(to_unscale);
+    }
+  }
+  std::vector<std::pair<c10::Device, at::Tensor>> found;
+  for (auto& [device, grads] : per_device) {
+    at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+    try {
+      kernels::unscale_and_check(grads, inv_scale, f);
+    } catch (const std::invalid_argument& e) {
+      throw ScalerError(errc::invalid_gradients, e.what());
+    }
+    found.emplace_back(device, f);
+  }
+  return found;
+}
+
+bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
+  auto it = records_.find(&opt);
+  check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
+  auto found = unscale_grads(opt, inv_scale);
+  OptimizerRecord& rec = records_[&opt];
+  rec.found_inf_per_device = std::move(found);
+  rec.stage = OptState::unscaled;
+  return rec.any_found_inf();
+}
+
+StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale) {
+  auto it = records_.find(&opt);
+  const OptState stage = it == records_.end() ? OptState::ready : it->second.stage;
+  check_can_step(stage);
+  StepOutcome out;
+  out.unscaled_here = stage == OptState::ready;
+  std::vector<std::pair<c10::Device, at::Tensor>> found =
+      out.unscaled_here ? unscale_grads(opt, inv_scale) : it->second.found_inf_per_device;
+  if (found.empty())
+    throw ScalerError(errc::no_inf_checks_for_optimizer, texts::no_inf_checks_for_optimizer);
+  OptimizerRecord& rec = records_[&opt];
+  rec.found_inf_per_device = std::move(found);
+  rec.stage = OptState::unscaled;
+  out.found_inf = rec.any_found_inf();
+  out.skipped = out.found_inf;
+  // Like torch: if opt.step() throws, the record stays UNSCALED with its inf checks.
+  if (!out.skipped) out.ret = opt.step();
+  rec.stage = OptState::stepped;
+  return out;
+}
+
+OptState StepTracker::stage(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  return it == records_.end() ? OptState::ready : it->second.stage;
+}
+
+std::optional<bool> StepTracker::found_inf(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  if (it == records_.end() || it->second.stage == OptState::ready) return std::nullopt;
+  return it->second.any_found_inf();
+}
+
+std::size_t StepTracker::recorded() const {
+  std::size_t n = 0;
+  for (const auto& [opt, rec] : records_)
+    n += !rec.found_inf_per_device.empty();
+  return n;
+}
+
+bool StepTracker::any_found_inf() const {
+  for (const auto& [opt, rec] : records_)
+    if (rec.any_found_inf()) return true;
+  return false;
+}
+
+}  // namespace ampactor
