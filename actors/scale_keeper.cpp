@@ -52,6 +52,8 @@ struct keeper_state {
   ScalePolicy policy = ScalePolicy::exact;
   iteration_t applied_through = -1;
   std::map<iteration_t, Unscales> unscales;
+  /// What the optimizer said of iterations whose unscale count the trainer did not know.
+  std::map<iteration_t, IterationClosed> closed;
   std::deque<Command> queue;
   std::vector<caf::actor> subscribers;
   static inline const char* name = "ampactor.scale_keeper";
@@ -65,7 +67,8 @@ ScaleParams params(const keeper_state& st) {
 }
 
 bool ready(const keeper_state& st, const UpdateScale& u) {
-  if (u.has_new_scale) return true;
+  if (u.has_new_scale || u.k <= st.applied_through) return true;  // a duplicate is dropped
+  if (u.expected_unscales == unscales_from_optimizer) return st.closed.count(u.k) != 0;
   auto it = st.unscales.find(u.k);
   const std::int32_t got = it == st.unscales.end() ? 0 : it->second.count;
   return got >= u.expected_unscales;
@@ -76,8 +79,14 @@ void apply_update(keeper_ptr self, const UpdateScale& u) {
   st.state.lazy_init();
   UpdateApplied out;
   out.k = u.k;
+  const auto closed = st.closed.find(u.k);
   if (u.has_new_scale) {
     st.state.set_scale(u.new_scale);
+  } else if (closed != st.closed.end() &&
+             (closed->second.abandoned || closed->second.unscales == 0)) {
+    // A failed, cancelled or unscale-less iteration: like torch, where update() is then never
+    // reached or refuses, the state stays as it is.
+    out.abandoned = true;
   } else {
     const Unscales got = st.unscales[u.k];
     out.found_inf = got.found_inf;
@@ -94,6 +103,7 @@ void apply_update(keeper_ptr self, const UpdateScale& u) {
     }
   }
   st.unscales.erase(u.k);
+  if (closed != st.closed.end()) st.closed.erase(closed);
   st.applied_through = std::max(st.applied_through, u.k);
   out.scale = st.state.scale();
   out.growth_tracker = st.state.growth_tracker();
@@ -176,6 +186,12 @@ scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts
           u.found_inf = true;
           u.min_inf_scale = std::min(u.min_inf_scale, d.scale_used);
         }
+        drain(self);
+      },
+      [=](IterationClosed c) {
+        auto& st = self->state;
+        if (c.k <= st.applied_through) return;
+        st.closed[c.k] = c;
         drain(self);
       },
       [=](UpdateScale u) {

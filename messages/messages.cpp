@@ -59,6 +59,11 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<StateDictMsg>("ampactor::StateDictMsg");
   cfg.add_message_type<GetStateDict>("ampactor::GetStateDict");
   cfg.add_message_type<LoadStateDict>("ampactor::LoadStateDict");
+  cfg.add_message_type<IterationClosed>("ampactor::IterationClosed");
+  cfg.add_message_type<CloseIteration>("ampactor::CloseIteration");
+  cfg.add_message_type<JobDone>("ampactor::JobDone");
+  cfg.add_message_type<std::vector<StepResult>>("std::vector<ampactor::StepResult>");
+  cfg.add_message_type<IterationDone>("ampactor::IterationDone");
   cfg.add_error_category(
       error_category, [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {
         std::string s = std::string("ampactor::") + to_string(static_cast<errc>(code));

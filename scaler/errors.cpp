@@ -59,6 +59,12 @@ const char* to_string(errc code) {
       return "update_off_main_thread";
     case errc::step_failed:
       return "step_failed";
+    case errc::wrong_thread:
+      return "wrong_thread";
+    case errc::cancelled:
+      return "cancelled";
+    case errc::iteration_open:
+      return "iteration_open";
   }
   return "unknown";
 }

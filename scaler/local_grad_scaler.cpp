@@ -23,11 +23,7 @@ at::Tensor LocalGradScaler::scale(const at::Tensor& outputs) {
   if (!enabled_) return outputs;
   if (!outputs.defined()) throw ScalerError(errc::bad_outputs, texts::bad_outputs);
   state_.lazy_init();
-  // torch keeps the scale as a 0-dim float tensor and multiplies by it: the same op here gives
-  // the same result dtype and rounding (e.g. an fp16 output stays fp16).
-  at::Tensor s = at::scalar_tensor(state_.scale(), at::TensorOptions().dtype(at::kFloat));
-  if (!outputs.device().is_cpu()) s = s.to(outputs.device(), /*non_blocking=*/true);
-  return at::mul(outputs, s);
+  return scale_by(outputs, state_.scale());
 }
 
 std::vector<at::Tensor> LocalGradScaler::scale(const std::vector<at::Tensor>& outputs) {
@@ -70,14 +66,33 @@ void LocalGradScaler::update() {
   tracker_.reset();
 }
 
-void LocalGradScaler::update(double new_scale) {
-  if (!enabled_) return;
-  require_initialized("update");
+void check_new_scale(double new_scale) {
   if (!std::isfinite(new_scale) || !(new_scale > 0.0)) {
     std::ostringstream s;
     s << "new_scale must be finite and > 0.0, got " << new_scale;
     throw ScalerError(errc::bad_new_scale, s.str());
   }
+}
+
+double new_scale_value(const at::Tensor& new_scale) {
+  if (!new_scale.defined() || new_scale.numel() != 1 || new_scale.requires_grad() ||
+      !at::isFloatingType(new_scale.scalar_type()))
+    throw ScalerError(errc::bad_new_scale, texts::bad_new_scale);
+  return new_scale.item<double>();
+}
+
+at::Tensor scale_by(const at::Tensor& outputs, float scale) {
+  // torch keeps the scale as a 0-dim float tensor and multiplies by it: the same op here gives
+  // the same result dtype and rounding (e.g. an fp16 output stays fp16).
+  at::Tensor s = at::scalar_tensor(scale, at::TensorOptions().dtype(at::kFloat));
+  if (!outputs.device().is_cpu()) s = s.to(outputs.device(), /*non_blocking=*/true);
+  return at::mul(outputs, s);
+}
+
+void LocalGradScaler::update(double new_scale) {
+  if (!enabled_) return;
+  require_initialized("update");
+  check_new_scale(new_scale);
   state_.set_scale(new_scale);
   tracker_.reset();
 }
@@ -85,10 +100,7 @@ void LocalGradScaler::update(double new_scale) {
 void LocalGradScaler::update(const at::Tensor& new_scale) {
   if (!enabled_) return;
   require_initialized("update");
-  if (!new_scale.defined() || new_scale.numel() != 1 || new_scale.requires_grad() ||
-      !at::isFloatingType(new_scale.scalar_type()))
-    throw ScalerError(errc::bad_new_scale, texts::bad_new_scale);
-  update(new_scale.item<double>());
+  update(new_scale_value(new_scale));
 }
 
 double LocalGradScaler::get_scale() const {

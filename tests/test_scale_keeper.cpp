@@ -1,71 +1,16 @@
 // The scale_keeper under CAF's deterministic scheduler: every message is delivered when the test
 // says so, so each ordering is exercised on purpose.
-#include <doctest/doctest.h>
-
-#include <ampactor/actors/scale_keeper.h>
-#include <ampactor/messages/registry.h>
-
-#include <caf/all.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
+#include "doctest_torch.h"
 
 #include <optional>
 #include <random>
 
+#include "caf_fixture.h"
 #include "scale_options.h"
 
 using namespace ampactor;
+using ampactor::test::Fixture;
 using ampactor::test::opts;
-
-namespace {
-
-struct Config : caf::actor_system_config {
-  Config() {
-    register_messages(*this);
-    set("scheduler.policy", caf::atom("testing"));
-  }
-};
-
-/// A keeper, a scoped actor standing for the trainer, and helpers that run the scheduler and
-/// read what came back without ever blocking.
-struct Fixture {
-  Config cfg;
-  caf::actor_system sys{cfg};
-  caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  caf::scoped_actor self{sys};
-  scale_keeper_actor keeper;
-
-  explicit Fixture(GradScalerOptions opts = {}, ScalePolicy policy = ScalePolicy::exact) {
-    keeper = spawn_scale_keeper(sys, opts, policy);
-    sched.run();
-  }
-  ~Fixture() {
-    caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
-    sched.run();
-  }
-
-  template <class... Ts>
-  void send(Ts... msg) {
-    self->send(keeper, std::move(msg)...);
-    sched.run();
-  }
-
-  /// The next message in the trainer's mailbox, if it is a T.
-  template <class T>
-  std::optional<T> take() {
-    std::optional<T> out;
-    if (self->mailbox().empty()) return out;
-    self->receive([&](const T& x) { out = x; }, [&](caf::error& e) { last_error = e; },
-                  caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
-                    return caf::sec::unexpected_message;
-                  });
-    return out;
-  }
-  bool idle() { return self->mailbox().empty(); }
-  caf::error last_error;
-};
-
-}  // namespace
 
 TEST_CASE("exact: ScaleRequest{k} waits for update k-1, which waits for its UnscaleDone") {
   Fixture f(opts(128, 2, 0.5, 1));

@@ -17,6 +17,7 @@ namespace ampactor {
 using scale_keeper_actor = caf::typed_actor<caf::replies_to<ScaleRequest>::with<ScaleReply>,  //
                                             caf::reacts_to<UnscaleDone>,                      //
                                             caf::reacts_to<UpdateScale>,                      //
+                                            caf::reacts_to<IterationClosed>,                  //
                                             caf::replies_to<GetParams>::with<ScaleParams>,    //
                                             caf::replies_to<SetParam>::with<ScaleParams>,     //
                                             caf::replies_to<GetStateDict>::with<StateDictMsg>,

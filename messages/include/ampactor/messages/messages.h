@@ -9,7 +9,9 @@
 #include <caf/meta/type_name.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <ampactor/scaler/errors.h>
 #include <ampactor/scaler/state_dict.h>
@@ -59,6 +61,59 @@ struct UpdateScale {
   double new_scale = 0;
 };
 
+/// UpdateScale::expected_unscales when the trainer cannot know the count (step jobs still
+/// running): the optimizer actor tells it with IterationClosed{k}.
+inline constexpr std::int32_t unscales_from_optimizer = -1;
+
+/// optimizer -> keeper, after the last job of iteration k: `unscales` UnscaleDone{k} were sent
+/// before this. abandoned: a job failed or was cancelled, so update k changes nothing (as in
+/// torch, where the exception keeps update() from being called).
+struct IterationClosed {
+  iteration_t k = 0;
+  std::int32_t unscales = 0;
+  bool abandoned = false;
+};
+
+/// trainer -> optimizer: iteration k gets no more jobs. report_unscales: send IterationClosed{k}
+/// to the keeper (the trainer sent UpdateScale{k, unscales_from_optimizer}).
+struct CloseIteration {
+  iteration_t k = 0;
+  bool report_unscales = false;
+};
+
+/// trainer -> optimizer: run `fn` on the optimizer thread as part of iteration k, with the scale
+/// iteration k's gradients were made with (it travels with the job). Replies JobDone. Jobs run in
+/// mailbox order. A job whose epoch is below the actor's cancel epoch is dropped unrun.
+struct StepJob {
+  iteration_t k = 0;
+  float scale = 1;
+  std::function<void()> fn;
+  std::uint64_t epoch = 0;
+};
+
+/// optimizer -> trainer: a job ran to the end. unscales: how many UnscaleDone{k} it sent.
+struct JobDone {
+  iteration_t k = 0;
+  std::int32_t unscales = 0;
+};
+
+/// optimizer -> trainer and subscribers, when CloseIteration{k} is processed: every step of
+/// iteration k, and whether a job failed (its error, as code and text) or was cancelled.
+struct IterationDone {
+  iteration_t k = 0;
+  std::vector<StepResult> steps;
+  bool failed = false;
+  errc error_code = errc::step_failed;
+  std::string error_text;
+  std::int32_t cancelled_jobs = 0;
+  /// Some optimizer skipped its step.
+  bool skipped() const {
+    for (const auto& s : steps)
+      if (s.skipped) return true;
+    return false;
+  }
+};
+
 /// keeper -> subscribers: an update was applied.
 struct UpdateApplied {
   iteration_t k = 0;
@@ -67,6 +122,9 @@ struct UpdateApplied {
   bool found_inf = false;
   bool backed_off = false;
   bool grew = false;
+  /// The iteration was abandoned (a job failed or was cancelled, or no inf checks were
+  /// recorded): nothing changed.
+  bool abandoned = false;
 };
 
 /// The keeper's parameters, as the getters report them.
@@ -146,7 +204,7 @@ typename Inspector::result_type inspect(Inspector& f, UpdateScale& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateApplied& x) {
   return f(caf::meta::type_name("UpdateApplied"), x.k, x.scale, x.growth_tracker, x.found_inf,
-           x.backed_off, x.grew);
+           x.backed_off, x.grew, x.abandoned);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScaleParams& x) {
@@ -176,6 +234,25 @@ typename Inspector::result_type inspect(Inspector& f, LoadStateDict& x) {
   return f(caf::meta::type_name("LoadStateDict"), x.k, x.state);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, IterationClosed& x) {
+  return f(caf::meta::type_name("IterationClosed"), x.k, x.unscales, x.abandoned);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CloseIteration& x) {
+  return f(caf::meta::type_name("CloseIteration"), x.k, x.report_unscales);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, JobDone& x) {
+  return f(caf::meta::type_name("JobDone"), x.k, x.unscales);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, IterationDone& x) {
+  return f(caf::meta::type_name("IterationDone"), x.k, x.steps, x.failed, x.error_code,
+           x.error_text, x.cancelled_jobs);
+}
+// StepJob carries a closure: it travels in-process only (see the end of this file).
+
 // ---- errors across actor boundaries: errc as a CAF error category ----
 /// The category atom under which errc values travel as caf::error.
 constexpr caf::atom_value error_category = caf::atom("ampactor");
@@ -185,3 +262,6 @@ caf::error make_error(errc code, const std::string& what);
 ScalerError to_exception(const caf::error& e);
 
 }  // namespace ampactor
+
+// A closure cannot be serialised; within one process it is moved, never copied across a wire.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ampactor::StepJob)

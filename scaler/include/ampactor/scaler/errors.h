@@ -47,8 +47,15 @@ enum class errc : std::uint8_t {
   invalid_gradients,
   /// update() called off the main thread.
   update_off_main_thread,
-  /// The user's step function threw on the optimizer thread.
+  /// The user's step function threw on the optimizer thread (rethrown on the main thread).
   step_failed,
+  /// A main-thread-only call (state_dict, setters, up_to_date getters, sync...) made inside a step
+  /// job or from a thread other than the one that owns the scaler.
+  wrong_thread,
+  /// The step job was dropped by cancel() before it started.
+  cancelled,
+  /// A result was awaited for an iteration that update() has not closed yet (it would never come).
+  iteration_open,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".
@@ -92,6 +99,7 @@ inline constexpr const char* growth_factor = "The growth factor must be > 1.0.";
 inline constexpr const char* backoff_factor = "The backoff factor must be < 1.0.";
 inline constexpr const char* update_off_main_thread =
     "GradScaler.update() must be called from the main thread.";
+inline constexpr const char* cancelled = "The step job was cancelled before it started.";
 }  // namespace texts
 
 /// torch's text for a call made before the first scale(), e.g. scale_not_initialized_text("step").

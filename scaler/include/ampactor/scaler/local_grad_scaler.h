@@ -17,6 +17,13 @@
 
 namespace ampactor {
 
+/// outputs * scale, the way torch's scale() computes it (a 0-dim float tensor on the outputs'
+/// device), so an fp16 output stays fp16 and rounds the same.
+at::Tensor scale_by(const at::Tensor& outputs, float scale);
+/// update(new_scale)'s checks: a finite positive value; a 1-element floating tensor without grad.
+void check_new_scale(double new_scale);
+double new_scale_value(const at::Tensor& new_scale);
+
 class LocalGradScaler {
  public:
   using LossClosure = std::function<at::Tensor()>;

@@ -1,0 +1,106 @@
+// The optimizer actor: runs step jobs in mailbox order on its own thread. Inside a job the thread
+// is the optimizer thread: JobContext::current() gives the iteration, the scale the job came
+// with, and unscale_/step that report to the scale_keeper and to subscribers.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include <ampactor/actors/scale_keeper.h>
+#include <ampactor/messages/messages.h>
+#include <ampactor/scaler/options.h>
+#include <ampactor/scaler/step_tracker.h>
+
+namespace ampactor {
+
+/// The optimizer actor's protocol. StepJob replies JobDone, or an error: the job's exception
+/// (errc::step_failed unless it threw a ScalerError) or errc::cancelled.
+using optimizer_actor = caf::typed_actor<caf::replies_to<StepJob>::with<JobDone>,  //
+                                         caf::reacts_to<CloseIteration>,           //
+                                         caf::reacts_to<subscribe_atom, caf::actor>>;
+
+/// What a trainer hears when it subscribes: every StepResult as it happens, one IterationDone
+/// per closed iteration and, from the keeper, one UpdateApplied per update. A user's own
+/// event-based trainer implements this and drives iterations with ScaleRequest, StepJob,
+/// UpdateScale and CloseIteration alone.
+using trainer_actor = caf::typed_actor<caf::reacts_to<StepResult>,     //
+                                       caf::reacts_to<IterationDone>,  //
+                                       caf::reacts_to<UpdateApplied>>;
+
+/// The identity an optimizer has in messages.
+optimizer_id optimizer_id_of(const torch::optim::Optimizer& opt);
+
+/// The job running on this thread. Every call acts for the job's iteration with the job's scale.
+class JobContext {
+ public:
+  /// The job running on the calling thread, or nullptr outside step jobs.
+  static JobContext* current() noexcept;
+
+  iteration_t iteration() const { return k_; }
+  /// The scale this iteration's gradients were made with.
+  float scale() const { return scale_; }
+  bool enabled() const { return enabled_; }
+  /// The optimizer actor running the job (tells scalers apart).
+  caf::actor_id runner() const { return runner_; }
+
+  /// torch's unscale_ with this job's scale; reports UnscaleDone. Returns whether inf/NaN was
+  /// found (false when disabled).
+  bool unscale_(torch::optim::Optimizer& opt);
+  /// torch's step: unscale_ if not done, then opt.step() unless inf/NaN; publishes StepResult.
+  /// Disabled: opt.step(closure). Enabled with a closure: torch's error.
+  StepOutcome step(torch::optim::Optimizer& opt,
+                   const std::function<at::Tensor()>& closure = nullptr);
+  OptState stage(const torch::optim::Optimizer& opt) const;
+  std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
+  /// UnscaleDone messages sent by this job so far.
+  std::int32_t unscales() const { return unscales_; }
+
+  JobContext(const JobContext&) = delete;
+  JobContext& operator=(const JobContext&) = delete;
+
+ protected:
+  JobContext(iteration_t k, float scale, bool enabled, caf::actor_id runner, StepTracker& tracker);
+  virtual ~JobContext();
+  virtual void report_unscale(optimizer_id opt, bool found_inf) = 0;
+  virtual void report_step(const StepResult& r) = 0;
+
+ private:
+  iteration_t k_;
+  float scale_;
+  bool enabled_;
+  caf::actor_id runner_;
+  StepTracker& tracker_;
+  std::int32_t unscales_ = 0;
+  JobContext* outer_;
+};
+
+struct OptimizerActorOptions {
+  /// Its own thread (caf::detached). Tests under CAF's deterministic scheduler turn this off.
+  bool detached = true;
+  /// Jobs whose epoch is below this value are dropped unrun (cancel()). Optional.
+  std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
+};
+
+/// Spawns an optimizer actor reporting to `keeper`. opts.enabled and opts.allow_fp16_grads apply.
+optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor keeper,
+                                      const GradScalerOptions& opts,
+                                      OptimizerActorOptions options = {});
+
+/// A keeper and an optimizer actor wired together: everything a trainer needs.
+struct ScalerActors {
+  scale_keeper_actor keeper;
+  optimizer_actor optimizer;
+};
+ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
+                                 ScalePolicy policy = ScalePolicy::exact,
+                                 OptimizerActorOptions options = {});
+
+}  // namespace ampactor

@@ -1,0 +1,209 @@
+#include <ampactor/actors/optimizer_actor.h>
+
+#include <torch/optim/optimizer.h>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace ampactor {
+
+namespace {
+thread_local JobContext* current_job = nullptr;
+}  // namespace
+
+optimizer_id optimizer_id_of(const torch::optim::Optimizer& opt) {
+  return static_cast<optimizer_id>(reinterpret_cast<std::uintptr_t>(&opt));
+}
+
+JobContext* JobContext::current() noexcept {
+  return current_job;
+}
+
+JobContext::JobContext(iteration_t k, float scale, bool enabled, caf::actor_id runner,
+                       StepTracker& tracker)
+    : k_(k), scale_(scale), enabled_(enabled), runner_(runner), tracker_(tracker) {
+  outer_ = current_job;
+  current_job = this;
+}
+
+JobContext::~JobContext() {
+  current_job = outer_;
+}
+
+namespace {
+/// torch's inverse: the reciprocal in double, rounded to float.
+float inverse(float scale) {
+  return float(1.0 / double(scale));
+}
+}  // namespace
+
+bool JobContext::unscale_(torch::optim::Optimizer& opt) {
+  if (!enabled_) return false;
+  const bool found = tracker_.unscale_(opt, inverse(scale_));
+  ++unscales_;
+  report_unscale(optimizer_id_of(opt), found);
+  return found;
+}
+
+StepOutcome JobContext::step(torch::optim::Optimizer& opt,
+                             const std::function<at::Tensor()>& closure) {
+  if (!enabled_) {
+    StepOutcome out;
+    out.ret = opt.step(closure);
+    return out;
+  }
+  if (closure) throw ScalerError(errc::closure_unsupported, texts::closure_unsupported);
+  StepOutcome out = tracker_.step(opt, inverse(scale_));
+  const optimizer_id id = optimizer_id_of(opt);
+  if (out.unscaled_here) {
+    ++unscales_;
+    report_unscale(id, out.found_inf);
+  }
+  report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_});
+  return out;
+}
+
+OptState JobContext::stage(const torch::optim::Optimizer& opt) const {
+  return tracker_.stage(opt);
+}
+
+std::optional<bool> JobContext::found_inf(const torch::optim::Optimizer& opt) const {
+  return tracker_.found_inf(opt);
+}
+
+namespace {
+
+/// Everything the optimizer side knows of one open iteration.
+struct IterationState {
+  explicit IterationState(bool allow_fp16) : tracker(allow_fp16) {}
+  StepTracker tracker;
+  std::vector<StepResult> steps;
+  std::int32_t unscales = 0;
+  bool failed = false;
+  errc code = errc::step_failed;
+  std::string what;
+  std::int32_t cancelled = 0;
+};
+
+struct optimizer_state {
+  scale_keeper_actor keeper;
+  GradScalerOptions opts;
+  std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
+  std::map<iteration_t, IterationState> open;
+  std::vector<caf::actor> subscribers;
+  static inline const char* name = "ampactor.optimizer";
+};
+
+using optimizer_ptr = optimizer_actor::stateful_pointer<optimizer_state>;
+
+IterationState& open_iteration(optimizer_state& st, iteration_t k) {
+  auto it = st.open.find(k);
+  if (it == st.open.end()) it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads)).first;
+  return it->second;
+}
+
+/// The JobContext of one job: reports go out as messages from the optimizer actor.
+class Job final : public JobContext {
+ public:
+  Job(optimizer_ptr self, const StepJob& job, IterationState& it)
+      : JobContext(job.k, job.scale, self->state.opts.enabled, self->id(), it.tracker),
+        self_(self),
+        it_(it) {}
+
+ private:
+  void report_unscale(optimizer_id opt, bool found_inf) override {
+    ++it_.unscales;
+    self_->send(self_->state.keeper, UnscaleDone{iteration(), opt, found_inf, scale()});
+  }
+  void report_step(const StepResult& r) override {
+    it_.steps.push_back(r);
+    for (auto& s : self_->state.subscribers)
+      caf::anon_send(s, r);
+  }
+  optimizer_ptr self_;
+  IterationState& it_;
+};
+
+void record_failure(IterationState& it, errc code, std::string what) {
+  if (it.failed) return;  // the first failure is the one reported
+  it.failed = true;
+  it.code = code;
+  it.what = std::move(what);
+}
+
+optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor keeper,
+                                         GradScalerOptions opts,
+                                         std::shared_ptr<const std::atomic<std::uint64_t>> epoch) {
+  self->state.keeper = std::move(keeper);
+  self->state.opts = opts;
+  self->state.cancel_epoch = std::move(epoch);
+  return {
+      [=](StepJob& job) -> caf::result<JobDone> {
+        auto& st = self->state;
+        IterationState& it = open_iteration(st, job.k);
+        if (st.cancel_epoch && job.epoch < st.cancel_epoch->load()) {
+          ++it.cancelled;
+          return make_error(errc::cancelled, texts::cancelled);
+        }
+        // No exception leaves the handler: a failing job fails its iteration, not the actor.
+        errc code = errc::step_failed;
+        std::string what;
+        try {
+          Job ctx(self, job, it);
+          if (job.fn) job.fn();
+          return JobDone{job.k, ctx.unscales()};
+        } catch (const ScalerError& e) {
+          code = e.code();
+          what = e.what();
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+          what = "unknown exception in a step job";
+        }
+        record_failure(it, code, what);
+        return make_error(code, what);
+      },
+      [=](CloseIteration c) {
+        auto& st = self->state;
+        IterationState it(st.opts.allow_fp16_grads);
+        if (auto found = st.open.find(c.k); found != st.open.end()) {
+          it = std::move(found->second);
+          st.open.erase(found);
+        }
+        if (c.report_unscales && st.opts.enabled && it.unscales == 0 && !it.failed &&
+            it.cancelled == 0)
+          record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
+        const bool abandoned = it.failed || it.cancelled > 0;
+        if (c.report_unscales) self->send(st.keeper, IterationClosed{c.k, it.unscales, abandoned});
+        IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled};
+        for (auto& s : st.subscribers)
+          caf::anon_send(s, d);
+      },
+      [=](subscribe_atom, caf::actor who) { self->state.subscribers.push_back(std::move(who)); },
+  };
+}
+
+}  // namespace
+
+optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor keeper,
+                                      const GradScalerOptions& opts,
+                                      OptimizerActorOptions options) {
+  if (options.detached)
+    return sys.spawn<caf::detached>(optimizer, std::move(keeper), opts,
+                                    std::move(options.cancel_epoch));
+  return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch));
+}
+
+ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
+                                 ScalePolicy policy, OptimizerActorOptions options) {
+  ScalerActors a;
+  a.keeper = spawn_scale_keeper(sys, opts, policy);
+  a.optimizer = spawn_optimizer_actor(sys, a.keeper, opts, std::move(options));
+  return a;
+}
+
+}  // namespace ampactor
