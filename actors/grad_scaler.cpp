@@ -85,7 +85,8 @@ struct GradScaler::Impl {
     caf::anon_send_exit(actors.optimizer, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(actors.keeper, caf::exit_reason::user_shutdown);
     self.reset();
-    own_sys.reset();  // joins the optimizer thread and the workers
+    actors = ScalerActors{};  // a detached actor's thread ends once no handle refers to it
+    own_sys.reset();          // joins the optimizer thread and the workers
   }
 
   /// The job running on this thread, if it is one of this scaler's.

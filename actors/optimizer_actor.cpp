@@ -57,12 +57,13 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
     return out;
   }
   if (closure) throw ScalerError(errc::closure_unsupported, texts::closure_unsupported);
-  StepOutcome out = tracker_.step(opt, inverse(scale_));
   const optimizer_id id = optimizer_id_of(opt);
-  if (out.unscaled_here) {
+  // The unscale is reported before opt.step() runs: if that throws, the inf checks stand, as in
+  // torch, and the keeper still hears of them.
+  StepOutcome out = tracker_.step(opt, inverse(scale_), [&](bool found) {
     ++unscales_;
-    report_unscale(id, out.found_inf);
-  }
+    report_unscale(id, found);
+  });
   report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_});
   return out;
 }

@@ -64,7 +64,8 @@ bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   return rec.any_found_inf();
 }
 
-StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale) {
+StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
+                              const std::function<void(bool found_inf)>& on_unscaled) {
   auto it = records_.find(&opt);
   const OptState stage = it == records_.end() ? OptState::ready : it->second.stage;
   check_can_step(stage);
@@ -79,6 +80,7 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale) {
   rec.stage = OptState::unscaled;
   out.found_inf = rec.any_found_inf();
   out.skipped = out.found_inf;
+  if (out.unscaled_here && on_unscaled) on_unscaled(out.found_inf);
   // Like torch: if opt.step() throws, the record stays UNSCALED with its inf checks.
   if (!out.skipped) out.ret = opt.step();
   rec.stage = OptState::stepped;

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -45,8 +46,10 @@ class StepTracker {
   /// `opt` in place by `inv_scale` and records inf/NaN. Returns whether any was found.
   bool unscale_(torch::optim::Optimizer& opt, float inv_scale);
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. Refuses a second
-  /// step() and an optimizer without gradients. A refused call changes nothing.
-  StepOutcome step(torch::optim::Optimizer& opt, float inv_scale);
+  /// step() and an optimizer without gradients. A refused call changes nothing. `on_unscaled`
+  /// hears of an unscale done here before opt.step() runs (which may throw).
+  StepOutcome step(torch::optim::Optimizer& opt, float inv_scale,
+                   const std::function<void(bool found_inf)>& on_unscaled = nullptr);
 
   OptState stage(const torch::optim::Optimizer& opt) const;
   /// nullopt before unscale_/step in this iteration.

@@ -1,0 +1,477 @@
+// The actor-backed GradScaler with real threads: its trajectory against the thread-free
+// LocalGradScaler (torch's semantics), every misuse, exception propagation, results and shutdown.
+#include "doctest_torch.h"
+
+#include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/grad_scaler.h>
+#include <ampactor/messages/registry.h>
+#include <ampactor/scaler/local_grad_scaler.h>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "scale_options.h"
+#include "workload.h"
+
+using namespace ampactor;
+using ampactor::test::Net;
+using ampactor::test::opts;
+using ampactor::test::Trajectory;
+using ampactor::test::Workload;
+
+namespace {
+
+constexpr int kIters = 300;
+
+Trajectory run_reference(const GradScalerOptions& o, const Workload& w, bool adam) {
+  LocalGradScaler ref(o);
+  Net net(adam);
+  Trajectory t;
+  for (iteration_t k = 0; k < kIters; ++k) {
+    ref.scale(at::ones({1}));
+    const float s = float(ref.get_scale());
+    net.set_grads(w.grads(k, s));
+    ref.step(*net.opt);
+    t.scales.push_back(s);
+    t.skipped.push_back(*ref.found_inf(*net.opt));
+    ref.update();
+  }
+  for (auto& p : net.params)
+    t.params.push_back(p.detach().clone());
+  t.final_scale = ref.get_scale();
+  return t;
+}
+
+enum class Mode { main_step, submit };
+
+Trajectory run_actors(const GradScalerOptions& o, const Workload& w, bool adam, Mode mode) {
+  GradScaler scaler(o);
+  Net net(adam);
+  Trajectory t;
+  for (iteration_t k = 0; k < kIters; ++k) {
+    scaler.scale(at::ones({1}));
+    const float s = float(scaler.get_scale());
+    auto g = w.grads(k, s);
+    if (mode == Mode::main_step) {
+      net.set_grads(g);  // the optimizer thread is idle: step() waits for its job
+      scaler.step(*net.opt);
+    } else {
+      scaler.submit([&net, &scaler, g] {
+        net.set_grads(g);
+        scaler.step(*net.opt);
+      });
+    }
+    scaler.update();
+    t.scales.push_back(s);
+  }
+  scaler.sync();
+  for (iteration_t k = 0; k < kIters; ++k) {
+    IterationResult r = scaler.wait_result(k);
+    REQUIRE(r.steps.size() == 1);
+    CHECK(r.steps[0].scale_used == t.scales[std::size_t(k)]);
+    t.skipped.push_back(r.steps[0].skipped);
+  }
+  for (auto& p : net.params)
+    t.params.push_back(p.detach().clone());
+  t.final_scale = scaler.get_scale();
+  return t;
+}
+
+/// An optimizer whose step() throws, to follow an exception from the optimizer thread.
+struct ThrowingSGD : torch::optim::SGD {
+  using SGD::SGD;
+  at::Tensor step(LossClosure) override { throw std::logic_error("bad step"); }
+};
+
+}  // namespace
+
+TEST_CASE("exact policy, real threads: the trajectory and parameters equal torch's, bit for bit") {
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    for (bool adam : {false, true}) {
+      for (Mode mode : {Mode::main_step, Mode::submit}) {
+        CAPTURE(seed);
+        CAPTURE(adam);
+        CAPTURE(int(mode));
+        Workload w{seed};
+        GradScalerOptions o = opts(65536, 2, 0.5, 3);
+        Trajectory ref = run_reference(o, w, adam);
+        Trajectory act = run_actors(o, w, adam, mode);
+        int skips = 0;
+        for (bool s : ref.skipped)
+          skips += s;
+        CHECK(skips > 10);  // the workload does overflow
+        CHECK(skips < kIters / 2);
+        CHECK(act.scales == ref.scales);
+        CHECK(act.skipped == ref.skipped);
+        CHECK(act.final_scale == ref.final_scale);
+        for (std::size_t i = 0; i < ref.params.size(); ++i)
+          CHECK(act.params[i].equal(ref.params[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("lagged policy, real threads: every iteration accounted for, one backoff per event") {
+  GradScaler scaler(opts(65536, 2, 0.5, 1000000), ScalePolicy::lagged);
+  Net net;
+  Workload w{7, 0.0};
+  int backoffs = 0;
+  double last = 0;
+  for (iteration_t k = 0; k < 200; ++k) {
+    scaler.scale(at::ones({1}));
+    const float s = float(scaler.get_scale());
+    auto g = w.grads(k, s);
+    scaler.submit([&net, &scaler, g] {
+      net.set_grads(g);
+      scaler.step(*net.opt);
+    });
+    scaler.update();
+  }
+  scaler.sync();
+  int skipped = 0;
+  for (iteration_t k = 0; k < 200; ++k) {
+    auto r = scaler.wait_result(k);
+    REQUIRE(r.steps.size() == 1);
+    skipped += r.steps[0].skipped;
+  }
+  last = scaler.get_scale();
+  // No growth (huge interval): each backoff halves. Never more backoffs than skipped steps.
+  backoffs = int(std::lround(std::log2(65536.0 / last)));
+  CHECK(skipped > 0);
+  CHECK(backoffs >= 1);
+  CHECK(backoffs <= skipped);
+}
+
+TEST_CASE("get_scale: the main thread's iteration versus the job's own scale") {
+  GradScaler scaler(opts(1024, 2, 0.5, 1));
+  Net net;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::atomic<double> seen_in_job{0};
+  scaler.scale(at::ones({1}));
+  CHECK(scaler.get_scale() == 1024.0);
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  scaler.submit([&] {
+    gate.wait();
+    seen_in_job = scaler.get_scale();
+    scaler.step(*net.opt);
+  });
+  scaler.update(4096.0);                // a new scale does not wait for the job
+  CHECK(scaler.get_scale() == 4096.0);  // main thread: iteration 1's scale
+  release.set_value();
+  scaler.sync();
+  CHECK(seen_in_job.load() == 1024.0);  // the job: the scale its gradients were made with
+}
+
+TEST_CASE("misuse on the main thread: torch's texts, nothing changes") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  Net net;
+  auto text = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const ScalerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  CHECK(text([&] { scaler.step(*net.opt); }) == scale_not_initialized_text("step"));
+  CHECK(text([&] { scaler.unscale_(*net.opt); }) == scale_not_initialized_text("unscale_"));
+  CHECK(text([&] { scaler.update(); }) == scale_not_initialized_text("update"));
+  CHECK(text([&] { scaler.scale(at::Tensor()); }) == texts::bad_outputs);
+  CHECK(text([&] {
+          scaler.scale(std::vector<at::Tensor>{at::ones({1}), at::Tensor()});
+        }) == texts::bad_outputs);
+  CHECK(scaler.scale(at::ones({2}))[1].item<float>() == 128.0f);
+  CHECK(text([&] { scaler.update(); }) == texts::no_inf_checks_before_update);
+  CHECK(text([&] { scaler.step(*net.opt, [] { return at::ones({}); }); }) ==
+        texts::closure_unsupported);
+  scaler.unscale_(*net.opt);
+  CHECK(net.params[0].grad()[0].item<float>() == 1.0f / 128.0f);
+  CHECK(text([&] { scaler.unscale_(*net.opt); }) == texts::unscale_twice);
+  CHECK(net.params[0].grad()[0].item<float>() == 1.0f / 128.0f);  // not unscaled twice
+  scaler.step(*net.opt);
+  CHECK(text([&] { scaler.unscale_(*net.opt); }) == texts::unscale_after_step);
+  CHECK(text([&] { scaler.step(*net.opt); }) == texts::step_twice);
+  CHECK(scaler.found_inf(*net.opt) == std::optional<bool>(false));
+  CHECK(text([&] { scaler.update(-1.0); }).rfind("new_scale must be finite", 0) == 0);
+  CHECK(text([&] { scaler.update(at::ones({2})); }) == texts::bad_new_scale);
+  CHECK(text([&] { scaler.set_growth_factor(1.0); }).rfind(texts::growth_factor, 0) == 0);
+  CHECK(text([&] { scaler.set_backoff_factor(1.0); }).rfind(texts::backoff_factor, 0) == 0);
+  CHECK(text([&] { scaler.set_growth_interval(0); }) != "no error");
+  CHECK(text([&] { scaler.load_state_dict(StateDict{}); }) == texts::empty_state_dict);
+  CHECK(text([&] { scaler.wait_result(0); }).find("not closed yet") != std::string::npos);
+  CHECK(scaler.get_growth_factor(true) == 2.0);
+  CHECK(scaler.get_backoff_factor(true) == 0.5);
+  CHECK(scaler.get_growth_interval(true) == 1);
+  scaler.update();
+  CHECK(scaler.get_scale() == 256.0);  // one clean update after all those refusals
+
+  // fp16 grads are refused before anything is unscaled.
+  scaler.scale(at::ones({1}));
+  net.set_grads({at::ones({7}).to(at::kHalf), at::ones({5, 3})});
+  net.params[0].mutable_grad() = at::ones({7}, at::kHalf);
+  CHECK(text([&] { scaler.step(*net.opt); }) == texts::fp16_grads);
+  CHECK(net.params[1].grad()[0][0].item<float>() == 1.0f);
+  CHECK(scaler.found_inf(*net.opt) == std::nullopt);
+}
+
+TEST_CASE("thread rules: update only from the main thread; main-only calls refused in jobs") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  Net net;
+  scaler.scale(at::ones({1}));
+  std::string from_thread, scale_from_thread;
+  std::thread([&] {
+    try {
+      scaler.update();
+    } catch (const ScalerError& e) {
+      from_thread = e.what();
+    }
+    try {
+      scaler.scale(at::ones({1}));
+    } catch (const ScalerError& e) {
+      scale_from_thread = to_string(e.code());
+    }
+  }).join();
+  CHECK(from_thread == texts::update_off_main_thread);
+  CHECK(scale_from_thread == "wrong_thread");
+
+  std::vector<std::string> in_job;
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  scaler.submit([&] {
+    auto code = [&](auto&& fn) {
+      try {
+        fn();
+      } catch (const ScalerError& e) {
+        in_job.push_back(to_string(e.code()));
+        return;
+      }
+      in_job.push_back("ok");
+    };
+    code([&] { scaler.update(); });
+    code([&] { scaler.state_dict(); });
+    code([&] { scaler.get_growth_factor(true); });
+    code([&] { scaler.get_growth_factor(false); });
+    code([&] { scaler.set_growth_factor(3.0); });
+    code([&] { scaler.sync(); });
+    code([&] { scaler.step(*net.opt); });
+  });
+  scaler.update();
+  scaler.sync();
+  CHECK(in_job == std::vector<std::string>{"update_off_main_thread", "wrong_thread", "wrong_thread",
+                                           "ok", "wrong_thread", "wrong_thread", "ok"});
+  CHECK(scaler.get_scale() == 256.0);
+}
+
+TEST_CASE("a job's exception is rethrown on the main thread; its iteration's update is dropped") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  Net net;
+  for (iteration_t k = 0; k < 3; ++k) {
+    scaler.scale(at::ones({1}));
+    net.set_grads({at::ones({7}), at::ones({5, 3})});
+    scaler.submit([&, k] {
+      scaler.step(*net.opt);
+      if (k == 1) throw std::runtime_error("loss exploded in the step function");
+    });
+    if (k == 1) {
+      CHECK(scaler.get_scale() == 256.0);
+    }
+    if (k != 1) scaler.update();
+    if (k == 1) {
+      // update() reports it if the job has already failed, else sync() does; with its message.
+      std::string what;
+      try {
+        scaler.update();
+        scaler.sync();
+      } catch (const ScalerError& e) {
+        what = e.what();
+        CHECK(e.code() == errc::step_failed);
+      }
+      CHECK(scaler.iteration() == 2);  // update() did its work either way
+      CHECK(what == "loss exploded in the step function");
+      scaler.sync();                       // reported once
+      CHECK(scaler.get_scale() == 256.0);  // iteration 1 did not grow the scale
+      CHECK(scaler.wait_result(1).failed);
+    }
+  }
+  scaler.sync();
+  CHECK(scaler.get_scale() == 512.0);  // iterations 0 and 2 grew it, once each
+  CHECK_FALSE(scaler.wait_result(2).failed);
+
+  // An exception from optimizer.step() called from the main thread keeps its type.
+  ThrowingSGD bad(net.params, torch::optim::SGDOptions(0.1));
+  scaler.scale(at::ones({1}));
+  CHECK_THROWS_AS(scaler.step(bad), std::logic_error);
+  scaler.update();  // the inf checks were recorded before step() threw, as in torch
+  scaler.sync();
+  CHECK(scaler.get_scale() == 1024.0);
+}
+
+TEST_CASE("a failing job is rethrown by the next step() before it acts") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  Net net;
+  scaler.scale(at::ones({1}));
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  scaler.submit([gate] {
+    gate.wait();  // fail only after update() has returned
+    throw std::runtime_error("first");
+  });
+  scaler.update();
+  release.set_value();
+  scaler.scale(at::ones({1}));
+  // Wait until the optimizer has closed iteration 0, without consuming its error.
+  while (!scaler.poll_result(0))
+    std::this_thread::yield();
+  CHECK_THROWS_WITH(scaler.step(*net.opt), "first");
+  CHECK(scaler.found_inf(*net.opt) == std::nullopt);  // the step did not run
+  scaler.step(*net.opt);
+  scaler.update();
+  scaler.sync();
+}
+
+TEST_CASE("update() after jobs that never unscaled: torch's error, at sync") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  scaler.scale(at::ones({1}));
+  scaler.submit([] {});
+  std::string what;
+  try {
+    scaler.update();  // reports it if the job is already done
+    scaler.sync();
+  } catch (const ScalerError& e) {
+    what = e.what();
+  }
+  CHECK(what == texts::no_inf_checks_before_update);
+  scaler.sync();  // reported once
+  CHECK(scaler.get_scale() == 128.0);
+}
+
+TEST_CASE("results: polled without waiting, awaited, and delivered to subscribers") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  Net net;
+  scaler.scale(at::ones({1}));
+  net.set_grads({at::ones({7}), at::full({5, 3}, INFINITY)});
+  std::promise<void> release;
+  auto gate = release.get_future().share();
+  scaler.submit([&] {
+    gate.wait();
+    scaler.step(*net.opt);
+  });
+  scaler.update();
+  CHECK_FALSE(scaler.poll_result(0));  // still running: no wait, no answer
+  release.set_value();
+  IterationResult r = scaler.wait_result(0);
+  CHECK(r.k == 0);
+  REQUIRE(r.steps.size() == 1);
+  CHECK(r.steps[0].skipped);
+  CHECK(r.steps[0].optimizer == optimizer_id_of(*net.opt));
+  CHECK(r.skipped());
+  CHECK(scaler.poll_result(0));
+  CHECK(scaler.get_scale() == 64.0);
+}
+
+TEST_CASE("destruction drains queued jobs; cancel() drops those not started") {
+  std::atomic<int> ran{0};
+  {
+    GradScaler scaler(opts(128, 2, 0.5, 1));
+    scaler.scale(at::ones({1}));
+    for (int i = 0; i < 5; ++i)
+      scaler.submit([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        ++ran;
+      });
+  }
+  CHECK(ran == 5);
+
+  ran = 0;
+  {
+    GradScaler scaler(opts(128, 2, 0.5, 1));
+    scaler.scale(at::ones({1}));
+    std::promise<void> started, release;
+    auto gate = release.get_future().share();
+    scaler.submit([&] {
+      started.set_value();
+      gate.wait();
+      ++ran;
+    });
+    for (int i = 0; i < 5; ++i)
+      scaler.submit([&] { ++ran; });
+    scaler.update();
+    started.get_future().wait();
+    scaler.cancel();
+    release.set_value();
+    scaler.sync();
+    IterationResult r = scaler.wait_result(0);
+    CHECK(r.cancelled_jobs == 5);
+    CHECK_FALSE(r.failed);
+    CHECK(scaler.get_scale() == 128.0);  // the cancelled iteration changed nothing
+    // Jobs submitted after cancel() run.
+    scaler.scale(at::ones({1}));
+    scaler.submit([&] { ++ran; });
+  }
+  CHECK(ran == 2);
+}
+
+TEST_CASE("state_dict: a consistent snapshot, and a round trip through a fresh scaler") {
+  GradScaler a(opts(128, 2, 0.5, 2));
+  Net net;
+  for (int k = 0; k < 3; ++k) {
+    a.scale(at::ones({1}));
+    net.set_grads({at::ones({7}), at::ones({5, 3})});
+    a.step(*net.opt);
+    a.update();
+  }
+  StateDict sd = a.state_dict();
+  CHECK(sd.get_double("scale") == 256.0);
+  CHECK(sd.get_int("_growth_tracker") == 1);
+  a.set_growth_interval(5);
+  CHECK(a.get_growth_interval(true) == 5);
+  GradScaler b;
+  b.load_state_dict(sd);
+  CHECK(b.get_scale() == 256.0);
+  CHECK(b.get_growth_interval() == 2);
+  CHECK(b.state_dict().get_int("_growth_tracker") == 1);
+
+  GradScaler off(GradScalerOptions{128, 2, 0.5, 2, false});
+  CHECK(off.state_dict().empty());
+  CHECK(off.get_scale() == 1.0);
+  CHECK_FALSE(off.is_enabled());
+  off.load_state_dict(sd);  // a disabled scaler ignores it, as torch does
+  CHECK(off.get_scale() == 1.0);
+}
+
+TEST_CASE("disabled: scale returns its input, step runs optimizer.step() on the optimizer thread") {
+  GradScaler scaler(GradScalerOptions{128, 2, 0.5, 1, false});
+  Net net;
+  at::Tensor x = at::ones({3});
+  CHECK(scaler.scale(x).is_same(x));
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  CHECK(scaler.step(*net.opt).has_value());
+  scaler.update();
+  CHECK(net.params[0][0].item<float>() == doctest::Approx(-0.1));
+}
+
+TEST_CASE("a scaler in the caller's actor system") {
+  caf::actor_system_config cfg;
+  register_messages(cfg);
+  caf::actor_system sys{cfg};
+  {
+    GradScaler scaler(sys, opts(8, 2, 0.5, 1));
+    Net net;
+    scaler.scale(at::ones({1}));
+    net.set_grads({at::ones({7}), at::ones({5, 3})});
+    scaler.step(*net.opt);
+    scaler.update();
+    CHECK(scaler.get_scale() == 16.0);
+  }
+}
