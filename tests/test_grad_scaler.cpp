@@ -13,6 +13,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/all.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -473,5 +474,109 @@ TEST_CASE("a scaler in the caller's actor system") {
     scaler.step(*net.opt);
     scaler.update();
     CHECK(scaler.get_scale() == 16.0);
+  }
+}
+
+// ---- a trainer of the user's own: an event-based actor driving iterations purely by messages ----
+namespace {
+
+struct TrainerState {
+  ScalerActors actors;
+  Workload w;
+  Net* net = nullptr;
+  iteration_t k = 0;
+  iteration_t n = 0;
+  Trajectory t;
+  iteration_t closed = 0;
+  std::promise<Trajectory>* out = nullptr;
+};
+
+using trainer_ptr = trainer_actor::stateful_pointer<TrainerState>;
+
+/// One iteration: ask the keeper for the scale, make the gradients with it, hand them to the
+/// optimizer with that scale, then update and close the iteration. Never blocks.
+void iterate(trainer_ptr self) {
+  if (self->state.k == self->state.n) return;
+  self->request(self->state.actors.keeper, caf::infinite, ScaleRequest{self->state.k})
+      .then([=](const ScaleReply& r) {
+        auto& st = self->state;
+        st.t.scales.push_back(r.scale);
+        Net* net = st.net;
+        auto g = st.w.grads(r.k, r.scale);
+        auto fn = [net, g] {
+          net->set_grads(g);
+          JobContext::current()->step(*net->opt);
+        };
+        self->request(st.actors.optimizer, caf::infinite, StepJob{r.k, r.scale, fn, 0})
+            .then([=](const JobDone& d) {
+              auto& s = self->state;
+              self->send(s.actors.keeper, UpdateScale{d.k, d.unscales, false, 0});
+              self->send(s.actors.optimizer, CloseIteration{d.k, false});
+              ++s.k;
+              iterate(self);
+            });
+      });
+}
+
+trainer_actor::behavior_type user_trainer(trainer_ptr self, ScalerActors actors, Workload w,
+                                          Net* net, iteration_t n, std::promise<Trajectory>* out) {
+  auto& st = self->state;
+  st.actors = actors;
+  st.w = w;
+  st.net = net;
+  st.n = n;
+  st.out = out;
+  self->send(actors.optimizer, subscribe_atom::value, caf::actor_cast<caf::actor>(self));
+  iterate(self);
+  return {
+      [](const StepResult&) {},
+      [=](const IterationDone& d) {
+        auto& s = self->state;
+        s.t.skipped.push_back(d.skipped());
+        if (++s.closed == s.n) {
+          // Every update was sent before the last close: ask for the final state, then finish.
+          self->request(s.actors.keeper, caf::infinite, GetParams{s.n, true})
+              .then([=](const ScaleParams& p) {
+                auto& s2 = self->state;
+                s2.t.final_scale = p.scale;
+                for (auto& prm : s2.net->params)
+                  s2.t.params.push_back(prm.detach().clone());
+                s2.out->set_value(s2.t);
+                self->quit();
+              });
+        }
+      },
+      [](const UpdateApplied&) {},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("a user's event-based trainer reproduces the facade's results exactly") {
+  const GradScalerOptions o = opts(65536, 2, 0.5, 3);
+  for (std::uint64_t seed : {4u, 5u}) {
+    CAPTURE(seed);
+    Workload w{seed};
+    Trajectory facade = run_actors(o, w, /*adam=*/true, Mode::main_step);
+
+    caf::actor_system_config cfg;
+    register_messages(cfg);
+    caf::actor_system sys{cfg};
+    Net net(/*adam=*/true);
+    std::promise<Trajectory> done;
+    auto result = done.get_future();
+    {
+      ScalerActors actors = spawn_scaler_actors(sys, o);
+      sys.spawn(user_trainer, actors, w, &net, iteration_t(kIters), &done);
+      REQUIRE(result.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+      caf::anon_send_exit(actors.optimizer, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(actors.keeper, caf::exit_reason::user_shutdown);
+    }
+    Trajectory mine = result.get();
+    CHECK(mine.scales == facade.scales);
+    CHECK(mine.skipped == facade.skipped);
+    CHECK(mine.final_scale == facade.final_scale);
+    for (std::size_t i = 0; i < facade.params.size(); ++i)
+      CHECK(mine.params[i].equal(facade.params[i]));
   }
 }
