@@ -393,13 +393,29 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   m.scale_k.reset();  // the loaded scale applies from the next scale() on, as in torch
 }
 
-void GradScaler::submit(std::function<void()> fn) {
+void GradScaler::submit(std::function<void()> fn, bool may_unscale) {
   Impl& m = *impl_;
   m.require_main("submit");
   if (!fn) throw std::invalid_argument("GradScaler.submit(): empty function");
   const float s = m.opts.enabled ? m.ensure_scale() : 1.0f;
-  caf::anon_send(m.actors.optimizer, StepJob{m.k, s, std::move(fn), m.epoch()});
-  m.async_in_k = true;
+  caf::anon_send(m.actors.optimizer, StepJob{m.k, s, std::move(fn), m.epoch(), may_unscale});
+  if (may_unscale) m.async_in_k = true;
+}
+
+void GradScaler::run_on_optimizer(const std::function<void()>& fn) {
+  Impl& m = *impl_;
+  m.require_main("run_on_optimizer");
+  m.raise_unreported();
+  if (m.opts.enabled) m.ensure_scale();
+  std::exception_ptr ep;
+  m.run_job([&] {
+    try {
+      fn();
+    } catch (...) {
+      ep = std::current_exception();
+    }
+  });
+  if (ep) std::rethrow_exception(ep);
 }
 
 void GradScaler::sync() {

@@ -23,9 +23,14 @@ JobContext* JobContext::current() noexcept {
   return current_job;
 }
 
-JobContext::JobContext(iteration_t k, float scale, bool enabled, caf::actor_id runner,
-                       StepTracker& tracker)
-    : k_(k), scale_(scale), enabled_(enabled), runner_(runner), tracker_(tracker) {
+JobContext::JobContext(iteration_t k, float scale, bool enabled, bool may_unscale,
+                       caf::actor_id runner, StepTracker& tracker)
+    : k_(k),
+      scale_(scale),
+      enabled_(enabled),
+      may_unscale_(may_unscale),
+      runner_(runner),
+      tracker_(tracker) {
   outer_ = current_job;
   current_job = this;
 }
@@ -41,8 +46,36 @@ float inverse(float scale) {
 }
 }  // namespace
 
+namespace {
+void refuse_late_unscale(bool may_unscale, const StepTracker& tracker,
+                         const torch::optim::Optimizer& opt) {
+  if (!may_unscale && tracker.stage(opt) == OptState::ready)
+    throw ScalerError(errc::invalid_gradients,
+                      "this step job may not unscale an optimizer: its iteration's unscales were "
+                      "already counted (in a pipeline step the grad move unscales; step only the "
+                      "optimizer over the pipeline's masters)");
+}
+}  // namespace
+
+bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
+                                   const std::vector<at::Tensor>& model_grads,
+                                   std::vector<at::Tensor>& masters) {
+  refuse_late_unscale(may_unscale_, tracker_, opt);
+  if (!enabled_) {
+    // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
+    StepTracker plain(true);
+    plain.move_and_unscale_(opt, model_grads, masters, 1.0f);
+    return false;
+  }
+  const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_));
+  ++unscales_;
+  report_unscale(optimizer_id_of(opt), found);
+  return found;
+}
+
 bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   if (!enabled_) return false;
+  refuse_late_unscale(may_unscale_, tracker_, opt);
   const bool found = tracker_.unscale_(opt, inverse(scale_));
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found);
@@ -57,6 +90,7 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
     return out;
   }
   if (closure) throw ScalerError(errc::closure_unsupported, texts::closure_unsupported);
+  refuse_late_unscale(may_unscale_, tracker_, opt);
   const optimizer_id id = optimizer_id_of(opt);
   // The unscale is reported before opt.step() runs: if that throws, the inf checks stand, as in
   // torch, and the keeper still hears of them.
@@ -111,7 +145,8 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 class Job final : public JobContext {
  public:
   Job(optimizer_ptr self, const StepJob& job, IterationState& it)
-      : JobContext(job.k, job.scale, self->state.opts.enabled, self->id(), it.tracker),
+      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale, self->id(),
+                   it.tracker),
         self_(self),
         it_(it) {}
 

@@ -2,11 +2,13 @@
 #include <ampactor/scaler/errors.h>
 #include <ampactor/scaler/step_tracker.h>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace ampactor {
 
@@ -60,6 +62,53 @@ bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   auto found = unscale_grads(opt, inv_scale);
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = std::move(found);
+  rec.stage = OptState::unscaled;
+  return rec.any_found_inf();
+}
+
+bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
+                                    const std::vector<at::Tensor>& model_grads,
+                                    std::vector<at::Tensor>& masters, float inv_scale) {
+  auto it = records_.find(&opt);
+  check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
+  if (model_grads.size() != masters.size())
+    throw ScalerError(errc::invalid_gradients,
+                      "move_and_unscale_: " + std::to_string(model_grads.size()) +
+                          " model gradients for " + std::to_string(masters.size()) + " masters");
+  std::vector<at::Tensor> from, to;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    const at::Tensor& g = model_grads[i];
+    if (!g.defined()) continue;
+    if (g.sizes() != masters[i].sizes())
+      throw ScalerError(errc::invalid_gradients, "move_and_unscale_: model gradient " +
+                                                     std::to_string(i) +
+                                                     " does not have its master's shape");
+    from.push_back(g);
+  }
+  const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
+  at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  // Check everything (dtypes, devices) on fresh master grads before any is installed.
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (!model_grads[i].defined()) continue;
+    at::Tensor mg = masters[i].grad();
+    if (!mg.defined() || mg.sizes() != masters[i].sizes() || mg.scalar_type() != at::kFloat)
+      mg = at::empty(masters[i].sizes(), masters[i].options().dtype(at::kFloat));
+    to.push_back(mg);
+  }
+  try {
+    kernels::move_grads_and_unscale(from, to, inv_scale, f);
+  } catch (const std::invalid_argument& e) {
+    throw ScalerError(errc::invalid_gradients, e.what());
+  }
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    if (!model_grads[i].defined())
+      masters[i].mutable_grad() = at::Tensor();  // no gradient: the optimizer skips it
+    else
+      masters[i].mutable_grad() = to[j++];
+  }
+  OptimizerRecord& rec = records_[&opt];
+  rec.found_inf_per_device = {{f.device(), f}};
   rec.stage = OptState::unscaled;
   return rec.any_found_inf();
 }

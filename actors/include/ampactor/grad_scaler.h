@@ -94,7 +94,13 @@ class GradScaler {
   /// fn abandons the iteration's update (the scale stays, as in torch when step() throws) and is
   /// rethrown on the main thread by the next unscale_/step (before they act), update (after it
   /// acts) or sync.
-  void submit(std::function<void()> fn);
+  /// may_unscale=false: fn only steps optimizers already unscaled in this iteration (e.g. by
+  /// run_on_optimizer), so update() knows the unscale count and never waits for fn; an unscale
+  /// inside fn is refused.
+  void submit(std::function<void()> fn, bool may_unscale = true);
+  /// Runs fn as a step job of the current iteration on the optimizer thread and waits for it. An
+  /// exception from fn is rethrown here as it was thrown.
+  void run_on_optimizer(const std::function<void()>& fn);
   /// Waits until every queued job and update has run; rethrows a job's error.
   void sync();
   /// Drops the queued jobs that have not started; their iterations' updates change nothing.

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include <ampactor/actors/scale_keeper.h>
 #include <ampactor/messages/messages.h>
@@ -58,6 +59,10 @@ class JobContext {
   /// Disabled: opt.step(closure). Enabled with a closure: torch's error.
   StepOutcome step(torch::optim::Optimizer& opt,
                    const std::function<at::Tensor()>& closure = nullptr);
+  /// The pipeline's unscale: model grads moved into the masters' grads (fp32), unscaled with
+  /// this job's scale and checked in one pass; recorded and reported as unscale_ is.
+  bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                         std::vector<at::Tensor>& masters);
   OptState stage(const torch::optim::Optimizer& opt) const;
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
   /// UnscaleDone messages sent by this job so far.
@@ -67,7 +72,8 @@ class JobContext {
   JobContext& operator=(const JobContext&) = delete;
 
  protected:
-  JobContext(iteration_t k, float scale, bool enabled, caf::actor_id runner, StepTracker& tracker);
+  JobContext(iteration_t k, float scale, bool enabled, bool may_unscale, caf::actor_id runner,
+             StepTracker& tracker);
   virtual ~JobContext();
   virtual void report_unscale(optimizer_id opt, bool found_inf) = 0;
   virtual void report_step(const StepResult& r) = 0;
@@ -76,6 +82,7 @@ class JobContext {
   iteration_t k_;
   float scale_;
   bool enabled_;
+  bool may_unscale_;
   caf::actor_id runner_;
   StepTracker& tracker_;
   std::int32_t unscales_ = 0;

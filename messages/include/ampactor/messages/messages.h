@@ -89,6 +89,9 @@ struct StepJob {
   float scale = 1;
   std::function<void()> fn;
   std::uint64_t epoch = 0;
+  /// false: the trainer has already counted this iteration's unscales, so the job may step
+  /// optimizers that are unscaled but may not unscale another one (it would come too late).
+  bool may_unscale = true;
 };
 
 /// optimizer -> trainer: a job ran to the end. unscales: how many UnscaleDone{k} it sent.

@@ -45,6 +45,11 @@ class StepTracker {
   /// unscale_: refuses a second unscale_ or one after step(), else unscales every gradient of
   /// `opt` in place by `inv_scale` and records inf/NaN. Returns whether any was found.
   bool unscale_(torch::optim::Optimizer& opt, float inv_scale);
+  /// The asynchronous pipeline's unscale: model_grads[i] (any float dtype; undefined = no grad)
+  /// moved into masters[i].grad() as fp32, unscaled by `inv_scale` and checked in one pass, for
+  /// the optimizer `opt` that owns the masters. Same stage rules and record as unscale_.
+  bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                         std::vector<at::Tensor>& masters, float inv_scale);
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. Refuses a second
   /// step() and an optimizer without gradients. A refused call changes nothing. `on_unscaled`
   /// hears of an unscale done here before opt.step() runs (which may throw).

@@ -1,0 +1,80 @@
+#include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/async_optimizer.h>
+#include <ampactor/grad_scaler.h>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+namespace ampactor {
+
+AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
+                               AsyncOptimizerOptions options)
+    : model_(std::move(model_params)), scaler_(scaler), options_(options) {
+  if (options_.staleness != 0 && options_.staleness != 1)
+    throw std::invalid_argument("AsyncOptimizer: staleness must be 0 or 1, got " +
+                                std::to_string(options_.staleness));
+  if (options_.optim_dtype != at::kFloat && options_.optim_dtype != at::kDouble)
+    throw std::invalid_argument("AsyncOptimizer: optim_dtype must be float or double");
+  at::AutoGradMode no_grad(false);
+  for (std::size_t i = 0; i < model_.size(); ++i) {
+    const at::Tensor& p = model_[i];
+    if (!p.defined() || !at::isFloatingType(p.scalar_type()))
+      throw std::invalid_argument("AsyncOptimizer: model parameter " + std::to_string(i) +
+                                  " is not a floating-point tensor");
+    masters_.push_back(p.detach()
+                           .to(options_.optim_dtype, /*non_blocking=*/false,
+                               /*copy=*/true)
+                           .set_requires_grad(true));
+  }
+}
+
+AsyncOptimizer::~AsyncOptimizer() {
+  try {
+    scaler_.run_on_optimizer([] {});  // the last fn runs to its end before the masters go
+  } catch (const std::exception& e) {
+    std::cerr << "ampactor: AsyncOptimizer shutdown: " << e.what() << "\n";
+  }
+}
+
+void AsyncOptimizer::copy_to_model() {
+  at::AutoGradMode no_grad(false);
+  for (std::size_t i = 0; i < model_.size(); ++i)
+    model_[i].detach().copy_(masters_[i]);
+}
+
+std::vector<at::Tensor> AsyncOptimizer::model_grads() const {
+  std::vector<at::Tensor> g;
+  g.reserve(model_.size());
+  for (const at::Tensor& p : model_)
+    g.push_back(p.grad());
+  return g;
+}
+
+void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
+  std::vector<at::Tensor> grads = model_grads();
+  if (options_.staleness == 0) {
+    scaler_.run_on_optimizer([&] {
+      JobContext::current()->move_and_unscale_(opt, grads, masters_);
+      if (fn) fn();
+      copy_to_model();
+    });
+    return;
+  }
+  // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
+  // fn, whose result (a) publishes to the model.
+  scaler_.run_on_optimizer([&] {
+    copy_to_model();
+    JobContext::current()->move_and_unscale_(opt, grads, masters_);
+  });
+  if (fn) scaler_.submit(std::move(fn), /*may_unscale=*/false);
+}
+
+void AsyncOptimizer::sync() {
+  scaler_.run_on_optimizer([&] { copy_to_model(); });
+}
+
+}  // namespace ampactor

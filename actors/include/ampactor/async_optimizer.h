@@ -1,0 +1,68 @@
+// The asynchronous optimizer pipeline (RoundPipe's design, made safe for fp16): the optimizer
+// works on fp32 master copies of the model's parameters on the optimizer thread, while the main
+// thread runs the next forward/backward on the model's own (e.g. fp16) weights.
+//
+// step(opt, fn) for iteration k queues, in order: (a) masters -> model weights (cast to the
+// model's dtype), (b) the fused grad move: model grads -> master grads, unscaled with iteration
+// k's scale and checked for inf/NaN in one pass, which reports UnscaleDone at once, then (c) fn,
+// the optimizer math. It waits for (a) and (b) only. With staleness 1 (default) iteration k+1
+// therefore runs on the weights of step k-1 and fn overlaps its forward/backward; with staleness 0
+// it waits for fn as well and copies the result back: plain synchronous training.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ampactor {
+
+class GradScaler;
+
+struct AsyncOptimizerOptions {
+  /// 1: iteration k+1 runs on the weights of step k-1 (the optimizer overlaps); 0: synchronous.
+  int staleness = 1;
+  /// The masters' dtype (the optimizer's precision).
+  at::ScalarType optim_dtype = at::kFloat;
+};
+
+class AsyncOptimizer {
+ public:
+  /// `model_params` are the model's parameters (model->parameters()); they stay the model's.
+  /// Invalid options or parameters throw std::invalid_argument.
+  AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
+                 AsyncOptimizerOptions options = {});
+  /// Waits for the last step's fn (errors are the scaler's to report).
+  ~AsyncOptimizer();
+  AsyncOptimizer(const AsyncOptimizer&) = delete;
+  AsyncOptimizer& operator=(const AsyncOptimizer&) = delete;
+
+  /// The master copies, one per model parameter, in the same order: build the optimizer over
+  /// these (e.g. torch::optim::AdamW(async.optim_parameters(), ...)).
+  const std::vector<at::Tensor>& optim_parameters() const { return masters_; }
+
+  /// Iteration k's step for `opt`, an optimizer over optim_parameters(). fn runs on the optimizer
+  /// thread and normally calls scaler.step(opt) (it may not unscale: the grad move did). The
+  /// model's grads may be zeroed as soon as this returns.
+  void step(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// Waits for every queued step and brings the model's weights up to date with the masters.
+  void sync();
+
+  int staleness() const { return options_.staleness; }
+
+ private:
+  /// (a): masters -> model weights. On the optimizer thread.
+  void copy_to_model();
+  std::vector<at::Tensor> model_grads() const;
+
+  std::vector<at::Tensor> model_;
+  std::vector<at::Tensor> masters_;
+  GradScaler& scaler_;
+  AsyncOptimizerOptions options_;
+};
+
+}  // namespace ampactor

@@ -1,0 +1,189 @@
+// The asynchronous optimizer pipeline: fp32 masters, the fused grad move, staleness 0 (bit-equal
+// to synchronous torch) and staleness 1 (iteration k+1 runs on the weights of step k-1).
+#include "doctest_torch.h"
+
+#include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/async_optimizer.h>
+#include <ampactor/grad_scaler.h>
+#include <ampactor/scaler/local_grad_scaler.h>
+
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/mean.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/sum.h>
+#include <ATen/ops/tanh.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <cmath>
+#include <random>
+
+#include "scale_options.h"
+
+using namespace ampactor;
+using ampactor::test::opts;
+
+namespace {
+
+at::Tensor seeded(std::vector<std::int64_t> shape, std::uint64_t seed, float sd = 0.5f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, sd);
+  std::int64_t numel = 1;
+  for (auto d : shape)
+    numel *= d;
+  std::vector<float> v(static_cast<std::size_t>(numel));
+  for (float& x : v)
+    x = n(rng);
+  return at::from_blob(v.data(), shape).clone();
+}
+
+/// A two-layer perceptron as plain tensors (fp32).
+struct Mlp {
+  std::vector<at::Tensor> p;
+  Mlp() {
+    p.push_back(seeded({8, 16}, 11).set_requires_grad(true));
+    p.push_back(seeded({16}, 12).set_requires_grad(true));
+    p.push_back(seeded({16, 4}, 13).set_requires_grad(true));
+  }
+  at::Tensor loss(iteration_t k, bool poison) const {
+    at::Tensor x = seeded({32, 8}, 100 + std::uint64_t(k));
+    if (poison) x[0][0].fill_(INFINITY);
+    at::Tensor t = seeded({32, 4}, 200 + std::uint64_t(k));
+    at::Tensor h = at::tanh(at::matmul(x, p[0]) + p[1]);
+    at::Tensor d = at::matmul(h, p[2]) - t;
+    return at::mean(d * d);
+  }
+  void zero_grad() {
+    for (auto& t : p)
+      t.mutable_grad() = at::Tensor();
+  }
+};
+
+bool poisoned(iteration_t k) {
+  return k % 7 == 3;
+}
+
+}  // namespace
+
+TEST_CASE("staleness 0, exact policy: parameters equal synchronous torch bit for bit") {
+  const int n = 60;
+  for (bool adam : {false, true}) {
+    CAPTURE(adam);
+    const GradScalerOptions o = opts(1024, 2, 0.5, 4);
+    // The reference: the optimizer directly on the model's parameters, torch's scaler.
+    Mlp ref;
+    std::unique_ptr<torch::optim::Optimizer> ref_opt;
+    if (adam)
+      ref_opt = std::make_unique<torch::optim::Adam>(ref.p, torch::optim::AdamOptions(1e-2));
+    else
+      ref_opt = std::make_unique<torch::optim::SGD>(ref.p, torch::optim::SGDOptions(0.05));
+    LocalGradScaler ls(o);
+    for (iteration_t k = 0; k < n; ++k) {
+      ref.zero_grad();
+      ls.scale(ref.loss(k, poisoned(k))).backward();
+      ls.step(*ref_opt);
+      ls.update();
+    }
+
+    Mlp model;
+    GradScaler scaler(o);
+    AsyncOptimizer pipe(model.p, scaler, AsyncOptimizerOptions{0});
+    std::unique_ptr<torch::optim::Optimizer> opt;
+    if (adam)
+      opt = std::make_unique<torch::optim::Adam>(pipe.optim_parameters(),
+                                                 torch::optim::AdamOptions(1e-2));
+    else
+      opt = std::make_unique<torch::optim::SGD>(pipe.optim_parameters(),
+                                                torch::optim::SGDOptions(0.05));
+    int skipped = 0;
+    for (iteration_t k = 0; k < n; ++k) {
+      model.zero_grad();
+      scaler.scale(model.loss(k, poisoned(k))).backward();
+      pipe.step(*opt, [&] { scaler.step(*opt); });
+      scaler.update();
+    }
+    pipe.sync();
+    for (iteration_t k = 0; k < n; ++k)
+      skipped += scaler.wait_result(k).skipped();
+    CHECK(skipped == n / 7 + (n % 7 > 3));
+    CHECK(scaler.get_scale() == ls.get_scale());
+    for (std::size_t i = 0; i < model.p.size(); ++i) {
+      CHECK(model.p[i].equal(ref.p[i]));
+      CHECK(pipe.optim_parameters()[i].equal(ref.p[i]));
+    }
+  }
+}
+
+TEST_CASE("staleness 1: iteration k runs on the weights of step k-2; fn overlaps") {
+  const int n = 12;
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  AsyncOptimizer pipe(model.p, scaler);
+  CHECK(pipe.staleness() == 1);
+  torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+  std::vector<at::Tensor> used(n), after_step(n);
+  for (iteration_t k = 0; k < n; ++k) {
+    used[std::size_t(k)] = model.p[0].detach().clone();  // the weights this forward runs on
+    model.zero_grad();
+    scaler.scale(model.loss(k, false)).backward();
+    pipe.step(opt, [&, k] {
+      scaler.step(opt);
+      after_step[std::size_t(k)] = pipe.optim_parameters()[0].detach().clone();
+    });
+    scaler.update();
+  }
+  pipe.sync();
+  CHECK(used[0].equal(used[1]));  // both before any step landed
+  CHECK_FALSE(used[1].equal(after_step[0]));
+  for (int k = 2; k < n; ++k) {
+    CAPTURE(k);
+    CHECK(used[std::size_t(k)].equal(after_step[std::size_t(k - 2)]));
+  }
+  CHECK(model.p[0].equal(after_step[n - 1]));  // sync() publishes the last step
+}
+
+TEST_CASE("fp16 model, fp32 masters: the grad move unscales and converts in one pass") {
+  GradScaler scaler(opts(1024, 2, 0.5, 1000));
+  at::Tensor w = seeded({64}, 5).to(at::kHalf).set_requires_grad(true);
+  AsyncOptimizer pipe({w}, scaler, AsyncOptimizerOptions{0});
+  const at::Tensor& master = pipe.optim_parameters()[0];
+  CHECK((master.scalar_type() == at::kFloat));
+  CHECK(master.equal(w.detach().to(at::kFloat)));
+  torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.5));
+  at::Tensor x = seeded({64}, 6).to(at::kHalf);
+  scaler.scale(at::sum(at::mul(w, x))).backward();  // d/dw = x * 1024, in fp16
+  at::Tensor model_grad = w.grad().clone();
+  at::Tensor moved;
+  pipe.step(opt, [&] { moved = master.grad().clone(); });
+  CHECK((moved.scalar_type() == at::kFloat));
+  CHECK(moved.equal(model_grad.to(at::kFloat) * (1.0f / 1024.0f)));
+  scaler.step(opt);
+  scaler.update();
+  pipe.sync();
+  CHECK((w.scalar_type() == at::kHalf));
+  CHECK(w.detach().equal(master.detach().to(at::kHalf)));  // the model got the stepped weights
+}
+
+TEST_CASE("pipeline misuse: fn may not unscale; bad options are refused") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  CHECK_THROWS_AS(AsyncOptimizer(model.p, scaler, AsyncOptimizerOptions{2}), std::invalid_argument);
+  CHECK_THROWS_AS(AsyncOptimizer(model.p, scaler, AsyncOptimizerOptions{1, at::kHalf}),
+                  std::invalid_argument);
+  AsyncOptimizer pipe(model.p, scaler);
+  torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+  torch::optim::SGD other(model.p, torch::optim::SGDOptions(0.05));
+  scaler.scale(model.loss(0, false)).backward();
+  pipe.step(opt, [&] { scaler.unscale_(other); });  // too late: the count is already known
+  scaler.update();
+  std::string what;
+  try {
+    scaler.sync();
+  } catch (const ScalerError& e) {
+    what = e.what();
+  }
+  CHECK(what.find("may not unscale") != std::string::npos);
+  CHECK(scaler.get_scale() == 256.0);  // the grad move's clean unscale still made update 0
+}
