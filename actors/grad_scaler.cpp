@@ -23,8 +23,8 @@ namespace {
 struct OwnConfig : caf::actor_system_config {
   OwnConfig() {
     register_messages(*this);
-    // The keeper is the only scheduled actor: two workers are plenty, and leave the cores to
-    // the training threads.
+    // The keeper and the optimizer have threads of their own; the scheduler's workers only
+    // serve a user's actors here, so keep them few.
     set("scheduler.max-threads", std::size_t{2});
   }
 };
@@ -53,6 +53,15 @@ struct GradScaler::Impl {
   std::int32_t known_unscales = 0;  // UnscaleDone{k} sent by jobs the main thread waited for
   bool async_in_k = false;          // submit() in iteration k: the optimizer counts unscales
 
+  // The exact policy's scale for iteration k is the keeper's scale once update k-1 is applied:
+  // the keeper pushes it (UpdateApplied), so scale() costs no round trip of its own. After a
+  // load_state_dict the pushed value is stale until the next update: ask instead.
+  std::optional<UpdateApplied> applied;
+  bool ask_for_scale = true;
+  // A CloseIteration that needs no answer rides along with the next message to the optimizer
+  // (one wake-up of its thread instead of two).
+  std::optional<iteration_t> pending_close;
+
   std::map<iteration_t, IterationDone> results;
   iteration_t newest_result = -1;
   std::deque<IterationDone> unreported;  // failed iterations not yet rethrown
@@ -70,10 +79,13 @@ struct GradScaler::Impl {
     oa.cancel_epoch = cancel_epoch;
     actors = spawn_scaler_actors(*sys, opts, policy, oa);
     caf::anon_send(actors.optimizer, subscribe_atom::value, caf::actor{*self});
+    if (policy == ScalePolicy::exact)
+      caf::anon_send(actors.keeper, subscribe_atom::value, caf::actor{*self});
   }
 
   ~Impl() {
     try {
+      flush_close();
       wait_for_optimizer();
       drain();
     } catch (const std::exception& e) {
@@ -118,6 +130,12 @@ struct GradScaler::Impl {
   }
 
   float ensure_scale() {
+    if (!scale_k && !ask_for_scale && policy == ScalePolicy::exact) {
+      drain();
+      while (!applied || applied->k < k - 1)
+        receive_one();
+      scale_k = applied->scale;
+    }
     if (!scale_k) {
       caf::error err;
       (*self)
@@ -142,7 +160,14 @@ struct GradScaler::Impl {
 
   /// Runs fn as a job of iteration k and waits for it. fn catches its own exceptions (so they
   /// reach the caller as they were thrown and do not fail the iteration).
+  void flush_close() {
+    if (!pending_close) return;
+    caf::anon_send(actors.optimizer, CloseIteration{*pending_close, false});
+    pending_close.reset();
+  }
+
   JobDone run_job(std::function<void()> fn) {
+    flush_close();
     JobDone out;
     caf::error err;
     const float s = scale_k.value_or(1.0f);
@@ -178,7 +203,9 @@ struct GradScaler::Impl {
 
   void receive_one() {
     (*self)->receive([&](IterationDone& d) { store(d); }, [](const StepResult&) {},
-                     [](const UpdateApplied&) {},
+                     [&](const UpdateApplied& a) {
+                       if (!applied || a.k > applied->k) applied = a;
+                     },
                      caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
                        return caf::message{};
                      });
@@ -195,7 +222,12 @@ struct GradScaler::Impl {
   void close_iteration(const UpdateScale* u) {
     if (u) caf::anon_send(actors.keeper, *u);
     const bool report = u && u->expected_unscales == unscales_from_optimizer;
-    caf::anon_send(actors.optimizer, CloseIteration{k, report});
+    flush_close();
+    if (report)
+      caf::anon_send(actors.optimizer, CloseIteration{k, true});  // the keeper waits for it
+    else
+      pending_close = k;
+    if (u) ask_for_scale = false;  // UpdateApplied{k} will carry the next scale
     ++k;
     scale_k.reset();
     known_unscales = 0;
@@ -391,6 +423,7 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   ampactor::load_state_dict(scratch, sd);  // torch's refusals, here and before anything changes
   m.ask_keeper<LoadStateDict, ScaleParams>(*m.self, LoadStateDict{m.k, to_message(sd)});
   m.scale_k.reset();  // the loaded scale applies from the next scale() on, as in torch
+  m.ask_for_scale = true;
 }
 
 void GradScaler::submit(std::function<void()> fn, bool may_unscale) {
@@ -398,6 +431,7 @@ void GradScaler::submit(std::function<void()> fn, bool may_unscale) {
   m.require_main("submit");
   if (!fn) throw std::invalid_argument("GradScaler.submit(): empty function");
   const float s = m.opts.enabled ? m.ensure_scale() : 1.0f;
+  m.flush_close();
   caf::anon_send(m.actors.optimizer, StepJob{m.k, s, std::move(fn), m.epoch(), may_unscale});
   if (may_unscale) m.async_in_k = true;
 }
@@ -438,6 +472,7 @@ iteration_t GradScaler::iteration() const {
 std::optional<IterationResult> GradScaler::poll_result(iteration_t k) {
   Impl& m = *impl_;
   m.require_main("poll_result");
+  m.flush_close();
   m.drain();
   auto it = m.results.find(k);
   if (it == m.results.end()) return std::nullopt;
@@ -447,6 +482,7 @@ std::optional<IterationResult> GradScaler::poll_result(iteration_t k) {
 IterationResult GradScaler::wait_result(iteration_t k) {
   Impl& m = *impl_;
   m.require_main("wait_result");
+  m.flush_close();
   if (k >= m.k)
     throw ScalerError(
         errc::iteration_open,

@@ -237,7 +237,7 @@ optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor
 ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
                                  ScalePolicy policy, OptimizerActorOptions options) {
   ScalerActors a;
-  a.keeper = spawn_scale_keeper(sys, opts, policy);
+  a.keeper = spawn_scale_keeper(sys, opts, policy, options.detached);
   a.optimizer = spawn_optimizer_actor(sys, a.keeper, opts, std::move(options));
   return a;
 }

@@ -230,8 +230,9 @@ scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts
 }  // namespace
 
 scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
-                                      ScalePolicy policy) {
+                                      ScalePolicy policy, bool detached) {
   opts.validate();
+  if (detached) return sys.spawn<caf::detached>(keeper, opts, policy);
   return sys.spawn(keeper, opts, policy);
 }
 

@@ -101,7 +101,8 @@ optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor
                                       const GradScalerOptions& opts,
                                       OptimizerActorOptions options = {});
 
-/// A keeper and an optimizer actor wired together: everything a trainer needs.
+/// A keeper and an optimizer actor wired together: everything a trainer needs. With
+/// options.detached (the default) both get threads of their own.
 struct ScalerActors {
   scale_keeper_actor keeper;
   optimizer_actor optimizer;
