@@ -1,0 +1,68 @@
+// The demo's workload: a character-level language model (an MLP over a window of characters) on
+// the license texts every Debian machine has. On the CPU, fp16 is emulated: weights and their
+// gradients are stored in Half, and activations and their gradients are rounded through Half at
+// every layer boundary (LibTorch 1.13 has no fp16 matmul on the CPU), which reproduces fp16's
+// range: gradients below ~6e-8 become zero, values above 65504 become inf.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace demo {
+
+/// The text, its alphabet, and batches of (window of chars -> next char).
+class Corpus {
+ public:
+  /// Reads every regular file under `dir`. Throws std::runtime_error when there is no text.
+  explicit Corpus(const std::string& dir);
+  std::int64_t vocab() const { return std::int64_t(alphabet_.size()); }
+  std::size_t size() const { return ids_.size(); }
+  std::size_t files() const { return files_; }
+  /// A batch from the training part (the first 90%) or the held-out part. Returns
+  /// (inputs [batch, context] int64, targets [batch] int64).
+  std::pair<at::Tensor, at::Tensor> batch(std::mt19937_64& rng, std::int64_t batch,
+                                          std::int64_t context, bool held_out) const;
+
+ private:
+  std::vector<std::uint8_t> alphabet_;
+  std::vector<std::int64_t> ids_;
+  std::size_t files_ = 0;
+};
+
+struct ModelShape {
+  std::int64_t vocab = 0;
+  std::int64_t context = 12;
+  std::int64_t embed = 24;
+  std::int64_t hidden = 256;
+};
+
+/// Embedding -> Linear -> tanh -> Linear, as plain tensors.
+class CharMlp {
+ public:
+  /// dtype kHalf: fp16 storage and emulated fp16 arithmetic; kFloat: plain fp32.
+  CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed);
+  std::vector<at::Tensor>& parameters() { return params_; }
+  at::ScalarType dtype() const { return dtype_; }
+  /// Mean cross-entropy of the next character (fp32 result).
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const;
+  /// The same loss in plain fp32 math with the given weights (e.g. fp32 masters), no rounding.
+  static at::Tensor loss_fp32(const std::vector<at::Tensor>& weights, const ModelShape& shape,
+                              const at::Tensor& inputs, const at::Tensor& targets);
+  void zero_grad();
+
+ private:
+  ModelShape shape_;
+  at::ScalarType dtype_;
+  std::vector<at::Tensor> params_;  // E, W1, b1, W2, b2
+};
+
+/// Of the gradient elements that are non-zero in exact fp32 math, the share that are zero in
+/// `grads` (the model's fp16 gradients after backward): what fp16 lost to underflow.
+double underflow_fraction(const std::vector<at::Tensor>& grads,
+                          const std::vector<at::Tensor>& fp32_grads);
+
+}  // namespace demo
