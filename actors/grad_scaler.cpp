@@ -124,6 +124,19 @@ struct GradScaler::Impl {
       throw ScalerError(errc::update_off_main_thread, texts::update_off_main_thread);
   }
 
+  /// update()'s common start: the thread rule; disabled, it only closes the iteration (true:
+  /// nothing more to do); enabled, the scale must exist.
+  bool begin_update() {
+    require_update_thread();
+    if (!opts.enabled) {
+      close_iteration(nullptr);
+      raise_unreported();
+      return true;
+    }
+    require_initialized("update");
+    return false;
+  }
+
   void require_initialized(const char* method) const {
     if (!initialized)
       throw ScalerError(errc::scale_not_initialized, scale_not_initialized_text(method));
@@ -273,13 +286,7 @@ at::Tensor GradScaler::scale(const at::Tensor& outputs) {
 
 std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
   if (!impl_->opts.enabled) return outputs;
-  for (const at::Tensor& t : outputs)
-    if (!t.defined()) throw ScalerError(errc::bad_outputs, texts::bad_outputs);
-  std::vector<at::Tensor> out;
-  out.reserve(outputs.size());
-  for (const at::Tensor& t : outputs)
-    out.push_back(scale(t));
-  return out;
+  return scale_each(outputs, [this](const at::Tensor& t) { return scale(t); });
 }
 
 void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
@@ -331,13 +338,7 @@ std::optional<at::Tensor> GradScaler::step(torch::optim::Optimizer& optimizer,
 
 void GradScaler::update() {
   Impl& m = *impl_;
-  m.require_update_thread();
-  if (!m.opts.enabled) {
-    m.close_iteration(nullptr);
-    m.raise_unreported();
-    return;
-  }
-  m.require_initialized("update");
+  if (m.begin_update()) return;
   if (!m.async_in_k && m.known_unscales == 0)
     throw ScalerError(errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
   const std::int32_t expected = m.async_in_k ? unscales_from_optimizer : m.known_unscales;
@@ -348,13 +349,7 @@ void GradScaler::update() {
 
 void GradScaler::update(double new_scale) {
   Impl& m = *impl_;
-  m.require_update_thread();
-  if (!m.opts.enabled) {
-    m.close_iteration(nullptr);
-    m.raise_unreported();
-    return;
-  }
-  m.require_initialized("update");
+  if (m.begin_update()) return;
   check_new_scale(new_scale);
   const UpdateScale u{m.k, 0, true, new_scale};
   m.close_iteration(&u);

@@ -26,15 +26,20 @@ at::Tensor LocalGradScaler::scale(const at::Tensor& outputs) {
   return scale_by(outputs, state_.scale());
 }
 
-std::vector<at::Tensor> LocalGradScaler::scale(const std::vector<at::Tensor>& outputs) {
-  if (!enabled_) return outputs;
+std::vector<at::Tensor> scale_each(const std::vector<at::Tensor>& outputs,
+                                   const std::function<at::Tensor(const at::Tensor&)>& one) {
   for (const at::Tensor& t : outputs)
     if (!t.defined()) throw ScalerError(errc::bad_outputs, texts::bad_outputs);
   std::vector<at::Tensor> out;
   out.reserve(outputs.size());
   for (const at::Tensor& t : outputs)
-    out.push_back(scale(t));
+    out.push_back(one(t));
   return out;
+}
+
+std::vector<at::Tensor> LocalGradScaler::scale(const std::vector<at::Tensor>& outputs) {
+  if (!enabled_) return outputs;
+  return scale_each(outputs, [this](const at::Tensor& t) { return scale(t); });
 }
 
 void LocalGradScaler::require_initialized(const char* funcname) const {

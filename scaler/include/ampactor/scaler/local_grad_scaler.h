@@ -20,6 +20,10 @@ namespace ampactor {
 /// outputs * scale, the way torch's scale() computes it (a 0-dim float tensor on the outputs'
 /// device), so an fp16 output stays fp16 and rounds the same.
 at::Tensor scale_by(const at::Tensor& outputs, float scale);
+/// scale() of a list: refuses it whole (torch's text) if any output is undefined, else applies
+/// `one` to each.
+std::vector<at::Tensor> scale_each(const std::vector<at::Tensor>& outputs,
+                                   const std::function<at::Tensor(const at::Tensor&)>& one);
 /// update(new_scale)'s checks: a finite positive value; a 1-element floating tensor without grad.
 void check_new_scale(double new_scale);
 double new_scale_value(const at::Tensor& new_scale);
