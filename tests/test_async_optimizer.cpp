@@ -116,7 +116,7 @@ TEST_CASE("staleness 0, exact policy: parameters equal synchronous torch bit for
   }
 }
 
-TEST_CASE("staleness 1: iteration k runs on the weights of step k-2; fn overlaps") {
+TEST_CASE("staleness 1: iteration k runs on the weights of step k-2, fn overlaps") {
   const int n = 12;
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
@@ -166,7 +166,7 @@ TEST_CASE("fp16 model, fp32 masters: the grad move unscales and converts in one 
   CHECK(w.detach().equal(master.detach().to(at::kHalf)));  // the model got the stepped weights
 }
 
-TEST_CASE("pipeline misuse: fn may not unscale; bad options are refused") {
+TEST_CASE("pipeline misuse: fn may not unscale, bad options are refused") {
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
   CHECK_THROWS_AS(AsyncOptimizer(model.p, scaler, AsyncOptimizerOptions{2}), std::invalid_argument);

@@ -226,7 +226,7 @@ TEST_CASE("misuse on the main thread: torch's texts, nothing changes") {
   CHECK(scaler.found_inf(*net.opt) == std::nullopt);
 }
 
-TEST_CASE("thread rules: update only from the main thread; main-only calls refused in jobs") {
+TEST_CASE("thread rules: update only from the main thread, main-only calls refused in jobs") {
   GradScaler scaler(opts(128, 2, 0.5, 1));
   Net net;
   scaler.scale(at::ones({1}));
@@ -273,7 +273,7 @@ TEST_CASE("thread rules: update only from the main thread; main-only calls refus
   CHECK(scaler.get_scale() == 256.0);
 }
 
-TEST_CASE("a job's exception is rethrown on the main thread; its iteration's update is dropped") {
+TEST_CASE("a job's exception is rethrown on the main thread, its iteration's update is dropped") {
   GradScaler scaler(opts(128, 2, 0.5, 1));
   Net net;
   for (iteration_t k = 0; k < 3; ++k) {
@@ -381,7 +381,7 @@ TEST_CASE("results: polled without waiting, awaited, and delivered to subscriber
   CHECK(scaler.get_scale() == 64.0);
 }
 
-TEST_CASE("destruction drains queued jobs; cancel() drops those not started") {
+TEST_CASE("destruction drains queued jobs, cancel() drops those not started") {
   std::atomic<int> ran{0};
   {
     GradScaler scaler(opts(128, 2, 0.5, 1));

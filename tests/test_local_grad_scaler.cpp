@@ -125,7 +125,7 @@ TEST_CASE("scaling harness: trajectory and parameters equal an fp32 control run"
         }
 }
 
-TEST_CASE("multiple optimizers: an inf in one skips only its step; the scale backs off once") {
+TEST_CASE("multiple optimizers: an inf in one skips only its step, the scale backs off once") {
   const int iters = 5, skip_iter = 2;
   auto data = make_data(iters, 7);
   Mlp c0(1), c1(2), s0(1), s1(2);
@@ -204,7 +204,7 @@ TEST_CASE("clipping after unscale_: step does not unscale again") {
   CHECK(params_equal(control, scaled));
 }
 
-TEST_CASE("scale: tensors and lists; the result keeps the output dtype") {
+TEST_CASE("scale: tensors and lists, the result keeps the output dtype") {
   LocalGradScaler scaler(4.0);
   at::Tensor x = at::full({3}, 1.5f);
   CHECK(at::equal(scaler.scale(x), at::full({3}, 6.0f)));
@@ -339,7 +339,7 @@ TEST_CASE("misuse raises torch's texts and changes nothing") {
   }
 }
 
-TEST_CASE("getters and setters; state_dict across scalers") {
+TEST_CASE("getters and setters, state_dict across scalers") {
   LocalGradScaler s(256.0, 3.0, 0.25, 7);
   CHECK(s.get_growth_factor() == 3.0);
   CHECK(s.get_backoff_factor() == 0.25);

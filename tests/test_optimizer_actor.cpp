@@ -208,7 +208,7 @@ TEST_CASE("misuse inside a job keeps torch's error and refuses without changing 
   CHECK(m.w.grad()[0].item<float>() == 1.0f);  // unscaled once only
 }
 
-TEST_CASE("jobs run in mailbox order; cancelled ones are dropped and abandon the iteration") {
+TEST_CASE("jobs run in mailbox order, cancelled ones are dropped and abandon the iteration") {
   OptFixture f;
   std::vector<int> ran;
   f.self->send(f.optimizer, StepJob{0, 1.0f, [&] { ran.push_back(1); }, 0});

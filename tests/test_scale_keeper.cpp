@@ -138,7 +138,7 @@ TEST_CASE("state_dict is a consistent snapshot: pending updates are applied firs
   CHECK(p->scale == 256.0);
 }
 
-TEST_CASE("UpdateScale with a new scale sets it and keeps the tracker; never applied twice") {
+TEST_CASE("UpdateScale with a new scale sets it and keeps the tracker, never applied twice") {
   Fixture f(opts(128, 2, 0.5, 10));
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
@@ -175,7 +175,7 @@ TEST_CASE("subscribers receive UpdateApplied") {
   CHECK(a->scale == 4.0f);
 }
 
-TEST_CASE("lagged: answered at once; one overflow event gives one backoff") {
+TEST_CASE("lagged: answered at once, one overflow event gives one backoff") {
   Fixture f(opts(1024, 2, 0.5, 100), ScalePolicy::lagged);
   f.send(ScaleRequest{0});
   CHECK(f.take<ScaleReply>()->scale == 1024.0f);
