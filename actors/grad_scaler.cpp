@@ -78,7 +78,9 @@ struct GradScaler::Impl {
     OptimizerActorOptions oa;
     oa.cancel_epoch = cancel_epoch;
     actors = spawn_scaler_actors(*sys, opts, policy, oa);
-    caf::anon_send(actors.optimizer, subscribe_atom::value, caf::actor{*self});
+    // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
+    // would wake it for nothing.
+    caf::anon_send(actors.optimizer, subscribe_atom::value, caf::actor{*self}, false);
     if (policy == ScalePolicy::exact)
       caf::anon_send(actors.keeper, subscribe_atom::value, caf::actor{*self});
   }
@@ -215,7 +217,7 @@ struct GradScaler::Impl {
   }
 
   void receive_one() {
-    (*self)->receive([&](IterationDone& d) { store(d); }, [](const StepResult&) {},
+    (*self)->receive([&](IterationDone& d) { store(d); },
                      [&](const UpdateApplied& a) {
                        if (!applied || a.k > applied->k) applied = a;
                      },

@@ -129,7 +129,11 @@ struct optimizer_state {
   GradScalerOptions opts;
   std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
   std::map<iteration_t, IterationState> open;
-  std::vector<caf::actor> subscribers;
+  struct Subscriber {
+    caf::actor who;
+    bool steps;  // also every StepResult
+  };
+  std::vector<Subscriber> subscribers;
   static inline const char* name = "ampactor.optimizer";
 };
 
@@ -158,7 +162,7 @@ class Job final : public JobContext {
   void report_step(const StepResult& r) override {
     it_.steps.push_back(r);
     for (auto& s : self_->state.subscribers)
-      caf::anon_send(s, r);
+      if (s.steps) caf::anon_send(s.who, r);
   }
   optimizer_ptr self_;
   IterationState& it_;
@@ -217,9 +221,14 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         if (c.report_unscales) self->send(st.keeper, IterationClosed{c.k, it.unscales, abandoned});
         IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled};
         for (auto& s : st.subscribers)
-          caf::anon_send(s, d);
+          caf::anon_send(s.who, d);
       },
-      [=](subscribe_atom, caf::actor who) { self->state.subscribers.push_back(std::move(who)); },
+      [=](subscribe_atom, caf::actor who) {
+        self->state.subscribers.push_back({std::move(who), true});
+      },
+      [=](subscribe_atom, caf::actor who, bool steps) {
+        self->state.subscribers.push_back({std::move(who), steps});
+      },
   };
 }
 

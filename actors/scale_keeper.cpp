@@ -163,6 +163,15 @@ void drain(keeper_ptr self) {
   }
 }
 
+/// Queues a request behind the commands before it (it is answered in order) and runs the queue.
+template <class Res, class Make>
+caf::result<Res> queue_request(keeper_ptr self, Make make) {
+  auto rp = self->make_response_promise<Res>();
+  self->state.queue.emplace_back(make(rp));
+  drain(self);
+  return rp;
+}
+
 scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts,
                                          ScalePolicy policy) {
   self->state.state = ScaleState(opts);
@@ -205,23 +214,14 @@ scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts
         st.queue.emplace_back(QueuedGet{rp});
         return rp;
       },
-      [=](SetParam s) -> caf::result<ScaleParams> {
-        auto rp = self->make_response_promise<ScaleParams>();
-        self->state.queue.emplace_back(QueuedSet{s, rp});
-        drain(self);
-        return rp;
+      [=](SetParam s) {
+        return queue_request<ScaleParams>(self, [&](auto rp) { return QueuedSet{s, rp}; });
       },
-      [=](GetStateDict) -> caf::result<StateDictMsg> {
-        auto rp = self->make_response_promise<StateDictMsg>();
-        self->state.queue.emplace_back(QueuedStateDict{rp});
-        drain(self);
-        return rp;
+      [=](GetStateDict) {
+        return queue_request<StateDictMsg>(self, [](auto rp) { return QueuedStateDict{rp}; });
       },
-      [=](LoadStateDict l) -> caf::result<ScaleParams> {
-        auto rp = self->make_response_promise<ScaleParams>();
-        self->state.queue.emplace_back(QueuedLoad{l, rp});
-        drain(self);
-        return rp;
+      [=](LoadStateDict l) {
+        return queue_request<ScaleParams>(self, [&](auto rp) { return QueuedLoad{l, rp}; });
       },
       [=](subscribe_atom, caf::actor who) { self->state.subscribers.push_back(std::move(who)); },
   };

@@ -85,7 +85,7 @@ struct HalfRound : torch::autograd::Function<HalfRound> {
   }
 };
 
-at::Tensor forward(const std::vector<at::Tensor>& w, const ModelShape& s, const at::Tensor& inputs,
+at::Tensor forward(const std::vector<at::Tensor>& w, const at::Tensor& inputs,
                    const at::Tensor& targets, bool half) {
   auto r = [half](const at::Tensor& x) { return half ? HalfRound::apply(x) : x; };
   // Casting a Half parameter to float is differentiable: its gradient comes back as Half.
@@ -94,14 +94,13 @@ at::Tensor forward(const std::vector<at::Tensor>& w, const ModelShape& s, const 
   at::Tensor emb = at::index_select(f(w[0]), 0, inputs.reshape({-1})).view({batch, -1});
   at::Tensor h = r(at::tanh(r(at::matmul(r(emb), f(w[1])) + f(w[2]))));
   at::Tensor logits = r(at::matmul(h, f(w[3])) + f(w[4]));
-  (void)s;
   return at::cross_entropy_loss(logits, targets);
 }
 
 }  // namespace
 
 CharMlp::CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed)
-    : shape_(shape), dtype_(dtype) {
+    : dtype_(dtype) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto init = [&](std::vector<std::int64_t> sizes, double sd) {
     at::Tensor t = at::randn(sizes, gen, at::TensorOptions().dtype(at::kFloat)) * sd;
@@ -118,12 +117,12 @@ CharMlp::CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t se
 }
 
 at::Tensor CharMlp::loss(const at::Tensor& inputs, const at::Tensor& targets) const {
-  return forward(params_, shape_, inputs, targets, dtype_ == at::kHalf);
+  return forward(params_, inputs, targets, dtype_ == at::kHalf);
 }
 
-at::Tensor CharMlp::loss_fp32(const std::vector<at::Tensor>& weights, const ModelShape& shape,
-                              const at::Tensor& inputs, const at::Tensor& targets) {
-  return forward(weights, shape, inputs, targets, false);
+at::Tensor CharMlp::loss_fp32(const std::vector<at::Tensor>& weights, const at::Tensor& inputs,
+                              const at::Tensor& targets) {
+  return forward(weights, inputs, targets, false);
 }
 
 void CharMlp::zero_grad() {

@@ -50,12 +50,11 @@ class CharMlp {
   /// Mean cross-entropy of the next character (fp32 result).
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const;
   /// The same loss in plain fp32 math with the given weights (e.g. fp32 masters), no rounding.
-  static at::Tensor loss_fp32(const std::vector<at::Tensor>& weights, const ModelShape& shape,
-                              const at::Tensor& inputs, const at::Tensor& targets);
+  static at::Tensor loss_fp32(const std::vector<at::Tensor>& weights, const at::Tensor& inputs,
+                              const at::Tensor& targets);
   void zero_grad();
 
  private:
-  ModelShape shape_;
   at::ScalarType dtype_;
   std::vector<at::Tensor> params_;  // E, W1, b1, W2, b2
 };

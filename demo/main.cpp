@@ -75,19 +75,18 @@ double eval_loss(const std::vector<at::Tensor>& weights, const demo::ModelShape&
   const int batches = 8;
   for (int i = 0; i < batches; ++i) {
     auto [x, y] = corpus.batch(rng, s.batch, shape.context, true);
-    sum += demo::CharMlp::loss_fp32(w, shape, x, y).item<double>();
+    sum += demo::CharMlp::loss_fp32(w, x, y).item<double>();
   }
   return sum / batches;
 }
 
 /// fp32 gradients of the same batch with the model's current weights, for the underflow probe.
-std::vector<at::Tensor> fp32_grads(const std::vector<at::Tensor>& weights,
-                                   const demo::ModelShape& shape, const at::Tensor& x,
+std::vector<at::Tensor> fp32_grads(const std::vector<at::Tensor>& weights, const at::Tensor& x,
                                    const at::Tensor& y) {
   std::vector<at::Tensor> w;
   for (const auto& t : weights)
     w.push_back(t.detach().to(at::kFloat).set_requires_grad(true));
-  demo::CharMlp::loss_fp32(w, shape, x, y).backward();
+  demo::CharMlp::loss_fp32(w, x, y).backward();
   std::vector<at::Tensor> g;
   for (auto& t : w)
     g.push_back(t.grad());
@@ -156,7 +155,7 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
         std::vector<at::Tensor> g;
         for (auto& p : model.parameters())
           g.push_back(p.grad());
-        underflow_sum += demo::underflow_fraction(g, fp32_grads(model.parameters(), shape, x, y));
+        underflow_sum += demo::underflow_fraction(g, fp32_grads(model.parameters(), x, y));
         ++probes;
       }
       pipe->step(*opt, [&] { scaler->step(*opt); });
@@ -205,7 +204,7 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     f << (i ? ", " : "") << "'" << s.out << "/" << runs[i].mode
       << ".csv' using 1:2 every ::1 with lines title '" << runs[i].mode << "'";
   f << "\nset title 'Loss scale (skipped steps marked)'\nset ylabel 'scale'\nset logscale y 2\n"
-    << "set offsets graph 0, 0, 0.15, 0.15\n"
+    << "set offsets graph 0, graph 0, graph 0.15, graph 0.15\n"
     << "plot ";
   bool first = true;
   for (const auto& r : runs) {

@@ -244,3 +244,22 @@ TEST_CASE("disabled: step calls optimizer.step() with no scaling and no reports"
   CHECK(done->unscales == 0);
   CHECK(m.w[0].item<float>() == -3.0f);
 }
+
+TEST_CASE("a subscriber with steps=false hears IterationDone but no StepResult") {
+  OptFixture f;
+  caf::scoped_actor quiet{f.sys};
+  f.send_to(f.optimizer, subscribe_atom::value, caf::actor_cast<caf::actor>(quiet), false);
+  Model m;
+  m.grad(1.0f);
+  f.send_to(f.optimizer, StepJob{0, 128.0f, [&] { JobContext::current()->step(m.opt); }});
+  f.send_to(f.optimizer, CloseIteration{0, false});
+  REQUIRE(f.take<StepResult>());  // the full subscriber got the step
+  std::vector<std::string> heard;
+  while (!quiet->mailbox().empty())
+    quiet->receive([&](const StepResult&) { heard.push_back("StepResult"); },
+                   [&](const IterationDone& d) {
+                     heard.push_back("IterationDone");
+                     CHECK(d.steps.size() == 1);
+                   });
+  CHECK(heard == std::vector<std::string>{"IterationDone"});
+}

@@ -23,10 +23,12 @@
 namespace ampactor {
 
 /// The optimizer actor's protocol. StepJob replies JobDone, or an error: the job's exception
-/// (errc::step_failed unless it threw a ScalerError) or errc::cancelled.
-using optimizer_actor = caf::typed_actor<caf::replies_to<StepJob>::with<JobDone>,  //
-                                         caf::reacts_to<CloseIteration>,           //
-                                         caf::reacts_to<subscribe_atom, caf::actor>>;
+/// (errc::step_failed unless it threw a ScalerError) or errc::cancelled. A subscriber gets every
+/// IterationDone and, unless it subscribed with steps=false, every StepResult as it happens.
+using optimizer_actor = caf::typed_actor<caf::replies_to<StepJob>::with<JobDone>,     //
+                                         caf::reacts_to<CloseIteration>,              //
+                                         caf::reacts_to<subscribe_atom, caf::actor>,  //
+                                         caf::reacts_to<subscribe_atom, caf::actor, bool>>;
 
 /// What a trainer hears when it subscribes: every StepResult as it happens, one IterationDone
 /// per closed iteration and, from the keeper, one UpdateApplied per update. A user's own
