@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda/dispatch.h"
 #include "loops.h"
 
 namespace ampactor::kernels {
@@ -181,8 +182,15 @@ void check_grad(const char* op, const Name& name, const at::Tensor& t, const c10
 }
 
 void check_device_supported(const char* op, const c10::Device& device) {
-  if (!device.is_cpu())
-    fail(op, "tensors on " + device.str() + " need the CUDA kernels (this build is CPU only)");
+  if (device.is_cpu()) return;
+  if (device.is_cuda()) {
+    if (const char* why = internal::cuda_unavailable_reason())
+      fail(op, "tensors on " + device.str() + " need the CUDA kernels, but " + why);
+    return;
+  }
+  fail(op, "tensors on " + device.str() +
+               " have no kernels (CPU tensors run the CPU loops; CUDA tensors need the CUDA "
+               "kernels)");
 }
 
 /// One operand of a task: a base pointer, its element type and its layout slot.
@@ -294,9 +302,12 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
   const c10::Device device = common_device(grads, found_inf);
   check_scalar_tensor(op, "found_inf", found_inf, device);
   check_device_supported(op, device);  // before any data pointer is read on the host
-  if (inv_tensor) inv = read_inv_scale(op, *inv_tensor, device);
-  // Check-only when the multiply is the identity: one read, no write.
-  const bool write = inv != 1.0f;
+  const bool on_cuda = device.is_cuda();
+  if (inv_tensor && on_cuda) check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
+  if (inv_tensor && !on_cuda) inv = read_inv_scale(op, *inv_tensor, device);
+  // Check-only when the multiply is the identity: one read, no write. A device inv_scale is read
+  // by the kernel, not here, so the gradients must then be writable.
+  const bool write = (on_cuda && inv_tensor) || inv != 1.0f;
   std::vector<Job> jobs;
   jobs.reserve(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -306,7 +317,10 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
                     {static_cast<char*>(grads[i].data_ptr()), elem_type(op, name, grads[i])},
                     {nullptr, ElemType::f32}});
   }
-  if (run(write ? Op::unscale : Op::check, jobs, inv)) set_found(found_inf);
+  if (on_cuda)
+    internal::cuda_unscale(op, grads, inv_tensor, inv, found_inf, !write);
+  else if (run(write ? Op::unscale : Op::check, jobs, inv))
+    set_found(found_inf);
   if (write) bump_versions(grads);
 }
 
@@ -316,7 +330,9 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
   const c10::Device device = common_device(model_grads, found_inf);
   check_scalar_tensor(op, "found_inf", found_inf, device);
   check_device_supported(op, device);  // before any data pointer is read on the host
-  if (inv_tensor) inv = read_inv_scale(op, *inv_tensor, device);
+  const bool on_cuda = device.is_cuda();
+  if (inv_tensor && on_cuda) check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
+  if (inv_tensor && !on_cuda) inv = read_inv_scale(op, *inv_tensor, device);
   if (model_grads.size() != master_grads.size())
     fail(op, "got " + std::to_string(model_grads.size()) + " model grads but " +
                  std::to_string(master_grads.size()) + " master grads");
@@ -345,7 +361,10 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
     jobs.back().a.base = static_cast<char*>(const_cast<void*>(model.data_ptr()));
     jobs.back().b.base = static_cast<char*>(master.data_ptr());
   }
-  if (run(Op::move, jobs, inv)) set_found(found_inf);
+  if (on_cuda)
+    internal::cuda_move(op, model_grads, master_grads, inv_tensor, inv, found_inf);
+  else if (run(Op::move, jobs, inv))
+    set_found(found_inf);
   bump_versions(master_grads);
 }
 

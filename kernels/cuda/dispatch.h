@@ -1,0 +1,29 @@
+// The CUDA branch of the public entry points, called once every check on the tensors has passed
+// (kernels/cpu/*.cpp). dispatch_torch.cpp implements it where LibTorch has CUDA; elsewhere
+// dispatch_stub.cpp reports why CUDA tensors cannot run. No CUDA headers here.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace ampactor::kernels::internal {
+
+/// Why CUDA tensors cannot run in this build, or nullptr when they can.
+const char* cuda_unavailable_reason();
+
+/// Unscale (or, with check_only, only check) CUDA gradients on the current stream. `inv_scale`
+/// is a device tensor read by the kernel, or null to use `inv`.
+void cuda_unscale(const char* op, at::TensorList grads, const at::Tensor* inv_scale, float inv,
+                  at::Tensor& found_inf, bool check_only);
+
+/// The fused grad move for CUDA model grads into CUDA fp32 masters, on the current stream.
+void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master_grads,
+               const at::Tensor* inv_scale, float inv, at::Tensor& found_inf);
+
+/// The one-thread scale update on the current stream.
+void cuda_update_scale(const char* op, at::Tensor& scale, at::Tensor& growth_tracker,
+                       const at::Tensor& found_inf, double growth_factor, double backoff_factor,
+                       std::int64_t growth_interval);
+
+}  // namespace ampactor::kernels::internal

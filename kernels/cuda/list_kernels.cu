@@ -1,0 +1,338 @@
+// Multi-tensor list kernels: fused unscale + non-finite check, check-only and the grad move.
+// A launch takes a batch of spans in its kernel arguments (a __grid_constant__ struct, read in
+// place); every block owns one chunk of one span, found by a binary search over the batch's chunk
+// prefix sums, so a list of a thousand small tensors is one launch and a large tensor spreads over
+// many blocks. Each thread keeps several 16-byte loads in flight; unaligned runs and tails take a
+// scalar path. Non-finite is tested on the exponent bits, as the CPU loops do.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <vector>
+
+#include "launch.h"
+
+namespace ampactor::kernels::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+// Elements per block: a multiple of every vector width, small enough that a mid-sized tensor
+// still fills the device, large enough that a block's fixed cost stays small.
+constexpr std::int64_t kChunk = 8192;
+constexpr int kUnroll = 4;
+// Two batch capacities: launches copy the whole argument struct, so short lists use a small one.
+// The large one stays under the 32 KB kernel-argument limit (CUDA 12.1+, Volta and newer).
+constexpr int kSmallBatch = 32;
+constexpr int kLargeBatch = 1024;
+constexpr int kTypeShift = 56;
+// Keeps every tensor's chunk count, and a batch's, within an int.
+constexpr std::int64_t kMaxNumel = std::int64_t(1) << 46;
+
+template <int N, int P>
+struct Batch {
+  int count;
+  int chunk_start[N + 1];  // prefix sums of chunks; block b works on the span t with
+                           // chunk_start[t] <= b < chunk_start[t + 1]
+  void* ptr[P][N];         // [0]: the gradient or the move's source, [1]: the move's destination
+  std::uint64_t numel_type[N];  // numel | dtype << kTypeShift
+};
+
+static_assert(sizeof(Batch<kLargeBatch, 2>) + 64 < 32764, "kernel arguments over the limit");
+
+struct F32 {
+  using Bits = std::uint32_t;
+  using Math = float;
+  static __device__ bool bad(Bits b) { return (b & 0x7f800000u) == 0x7f800000u; }
+  static __device__ Math to_math(Bits b) { return __uint_as_float(b); }
+  static __device__ Bits from_math(Math f) { return __float_as_uint(f); }
+};
+struct F64 {
+  using Bits = unsigned long long;
+  using Math = double;
+  static __device__ bool bad(Bits b) {
+    return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+  }
+  static __device__ Math to_math(Bits b) { return __longlong_as_double(static_cast<long long>(b)); }
+  static __device__ Bits from_math(Math f) { return static_cast<Bits>(__double_as_longlong(f)); }
+};
+struct F16 {
+  using Bits = unsigned short;
+  using Math = float;
+  static __device__ bool bad(Bits b) { return (b & 0x7c00u) == 0x7c00u; }
+  static __device__ Math to_math(Bits b) { return __half2float(__ushort_as_half(b)); }
+  static __device__ Bits from_math(Math f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+struct BF16 {
+  using Bits = unsigned short;
+  using Math = float;
+  static __device__ bool bad(Bits b) { return (b & 0x7f80u) == 0x7f80u; }
+  static __device__ Math to_math(Bits b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
+  static __device__ Bits from_math(Math f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+};
+
+template <typename T>
+union Vec {
+  uint4 raw;
+  typename T::Bits e[16 / sizeof(typename T::Bits)];
+};
+
+__device__ bool aligned16_d(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
+}
+
+/// In-place unscale (kWrite) or check of n elements; true when one is inf or NaN.
+template <typename T, bool kWrite>
+__device__ bool unscale_run(typename T::Bits* p, int n, typename T::Math inv) {
+  using B = typename T::Bits;
+  constexpr int V = 16 / sizeof(B);
+  bool any = false;
+  int tail = 0;
+  if (aligned16_d(p)) {
+    const int nv = n / V;
+    uint4* pv = reinterpret_cast<uint4*>(p);
+    for (int base = threadIdx.x; base < nv; base += kThreads * kUnroll) {
+      Vec<T> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {  // all loads first: several in flight per thread
+        const int i = base + u * kThreads;
+        if (i < nv) v[u].raw = kWrite ? pv[i] : __ldg(pv + i);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads;
+        if (i >= nv) break;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          any |= T::bad(v[u].e[j]);
+          if (kWrite) v[u].e[j] = T::from_math(T::to_math(v[u].e[j]) * inv);
+        }
+        if (kWrite) pv[i] = v[u].raw;
+      }
+    }
+    tail = nv * V;
+  }
+  for (int i = tail + threadIdx.x; i < n; i += kThreads) {
+    const B b = p[i];
+    any |= T::bad(b);
+    if (kWrite) p[i] = T::from_math(T::to_math(b) * inv);
+  }
+  return any;
+}
+
+/// dst[i] = float(src[i] * inv) for n elements; true when a source element is inf or NaN.
+template <typename T>
+__device__ bool move_run(const typename T::Bits* src, float* dst, int n, typename T::Math inv) {
+  using B = typename T::Bits;
+  constexpr int V = 16 / sizeof(B);
+  bool any = false;
+  int tail = 0;
+  if (aligned16_d(src) && aligned16_d(dst)) {
+    const int nv = n / V;
+    const uint4* sv = reinterpret_cast<const uint4*>(src);
+    for (int base = threadIdx.x; base < nv; base += kThreads * kUnroll) {
+      Vec<T> v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads;
+        if (i < nv) v[u].raw = __ldg(sv + i);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads;
+        if (i >= nv) break;
+        float out[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          any |= T::bad(v[u].e[j]);
+          out[j] = static_cast<float>(T::to_math(v[u].e[j]) * inv);
+        }
+        if constexpr (V >= 4) {
+          float4* d = reinterpret_cast<float4*>(dst) + std::int64_t(i) * (V / 4);
+#pragma unroll
+          for (int q = 0; q < V / 4; ++q)
+            d[q] = make_float4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]);
+        } else {
+          reinterpret_cast<float2*>(dst)[i] = make_float2(out[0], out[1]);
+        }
+      }
+    }
+    tail = nv * V;
+  }
+  for (int i = tail + threadIdx.x; i < n; i += kThreads) {
+    const B b = src[i];
+    any |= T::bad(b);
+    dst[i] = static_cast<float>(T::to_math(b) * inv);
+  }
+  return any;
+}
+
+enum class Op { unscale, check, move };
+
+template <typename T, Op kOp, int N, int P>
+__device__ bool run_chunk(const Batch<N, P>& b, int t, std::int64_t begin, int n, float inv) {
+  using B = typename T::Bits;
+  using M = typename T::Math;
+  if constexpr (kOp == Op::move) {
+    return move_run<T>(static_cast<const B*>(b.ptr[0][t]) + begin,
+                       static_cast<float*>(b.ptr[P - 1][t]) + begin, n, M(inv));
+  } else if constexpr (kOp == Op::unscale) {
+    B* p = static_cast<B*>(b.ptr[0][t]) + begin;
+    // An inverse scale of exactly 1 changes nothing: read only, as the CPU path does.
+    return inv != 1.0f ? unscale_run<T, true>(p, n, M(inv)) : unscale_run<T, false>(p, n, M(inv));
+  } else {
+    return unscale_run<T, false>(static_cast<B*>(b.ptr[0][t]) + begin, n, M(1));
+  }
+}
+
+template <int N, int P, Op kOp>
+__global__ void __launch_bounds__(kThreads)
+    list_kernel(const __grid_constant__ Batch<N, P> b, const float* inv_dev, float inv_value,
+                float* found_inf) {
+  const int block = int(blockIdx.x);
+  int lo = 0, hi = b.count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (b.chunk_start[mid] <= block)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const std::uint64_t nt = b.numel_type[lo];
+  const std::int64_t numel = std::int64_t(nt & ((std::uint64_t(1) << kTypeShift) - 1));
+  const std::int64_t begin = std::int64_t(block - b.chunk_start[lo]) * kChunk;
+  const int n = int(numel - begin < kChunk ? numel - begin : kChunk);
+  const float inv = kOp == Op::check ? 1.0f : (inv_dev ? *inv_dev : inv_value);
+  bool bad = false;
+  switch (DType(nt >> kTypeShift)) {
+    case DType::f32:
+      bad = run_chunk<F32, kOp>(b, lo, begin, n, inv);
+      break;
+    case DType::f64:
+      bad = run_chunk<F64, kOp>(b, lo, begin, n, inv);
+      break;
+    case DType::f16:
+      bad = run_chunk<F16, kOp>(b, lo, begin, n, inv);
+      break;
+    case DType::bf16:
+      bad = run_chunk<BF16, kOp>(b, lo, begin, n, inv);
+      break;
+  }
+  // Only ever set, never cleared: the caller pre-zeroes found_inf.
+  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
+/// A non-empty span as the launch loop sees it.
+struct Item {
+  void* ptr[2];
+  std::int64_t numel;
+  DType dtype;
+};
+
+bool valid_dtype(DType t) {
+  return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::bf16);
+}
+
+template <int N, int P, Op kOp>
+int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, float* found,
+               cudaStream_t stream) {
+  Batch<N, P> b;
+  std::size_t i = 0;
+  while (i < items.size()) {
+    b.count = 0;
+    int chunks = 0;
+    while (i < items.size() && b.count < N) {
+      const Item& it = items[i];
+      const std::int64_t c = (it.numel + kChunk - 1) / kChunk;
+      if (b.count > 0 && chunks + c > INT_MAX) break;  // the rest goes into the next launch
+      b.chunk_start[b.count] = chunks;
+      for (int p = 0; p < P; ++p)
+        b.ptr[p][b.count] = it.ptr[p];
+      b.numel_type[b.count] = std::uint64_t(it.numel) | (std::uint64_t(it.dtype) << kTypeShift);
+      chunks += int(c);
+      ++b.count;
+      ++i;
+    }
+    b.chunk_start[b.count] = chunks;
+    list_kernel<N, P, kOp><<<unsigned(chunks), kThreads, 0, stream>>>(b, inv_dev, inv, found);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return int(e);
+  }
+  return 0;
+}
+
+template <int P, Op kOp>
+int launch(const std::vector<Item>& items, const float* inv_dev, float inv, float* found,
+           void* stream) {
+  if (items.empty()) return 0;
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (items.size() <= std::size_t(kSmallBatch))
+    return launch_all<kSmallBatch, P, kOp>(items, inv_dev, inv, found, s);
+  return launch_all<kLargeBatch, P, kOp>(items, inv_dev, inv, found, s);
+}
+
+/// Checks every span before anything is queued; empty spans are dropped.
+bool collect(const Span* spans, std::size_t count, std::vector<Item>* items) {
+  if (count > 0 && !spans) return false;
+  items->reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const Span& s = spans[i];
+    if (s.numel < 0 || s.numel >= kMaxNumel || !valid_dtype(s.dtype)) return false;
+    if (s.numel == 0) continue;
+    if (!s.data) return false;
+    items->push_back({{s.data, nullptr}, s.numel, s.dtype});
+  }
+  return true;
+}
+
+}  // namespace
+
+int unscale_and_check(const Span* spans, std::size_t count, const float* inv_scale_dev,
+                      float inv_scale_value, float* found_inf_dev, void* stream) {
+  std::vector<Item> items;
+  if (!found_inf_dev || !collect(spans, count, &items)) return kInvalidInput;
+  return launch<1, Op::unscale>(items, inv_scale_dev, inv_scale_value, found_inf_dev, stream);
+}
+
+int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream) {
+  std::vector<Item> items;
+  if (!found_inf_dev || !collect(spans, count, &items)) return kInvalidInput;
+  return launch<1, Op::check>(items, nullptr, 1.0f, found_inf_dev, stream);
+}
+
+int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float* inv_scale_dev,
+                           float inv_scale_value, float* found_inf_dev, void* stream) {
+  if (!found_inf_dev || (count > 0 && !spans)) return kInvalidInput;
+  std::vector<Item> items;
+  items.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const MoveSpan& s = spans[i];
+    if (s.numel < 0 || s.numel >= kMaxNumel || !valid_dtype(s.src_dtype)) return kInvalidInput;
+    if (s.numel == 0) continue;
+    if (!s.src || !s.dst) return kInvalidInput;
+    items.push_back({{const_cast<void*>(s.src), s.dst}, s.numel, s.src_dtype});
+  }
+  return launch<2, Op::move>(items, inv_scale_dev, inv_scale_value, found_inf_dev, stream);
+}
+
+std::size_t max_spans_per_launch() {
+  return kLargeBatch;
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // "no driver" must not linger as the next launch's error
+    return 0;
+  }
+  return n;
+}
+
+const char* error_string(int status) {
+  if (status == kInvalidInput)
+    return "invalid input (a null pointer, a negative or too large element count, or an unknown "
+           "dtype)";
+  return cudaGetErrorString(static_cast<cudaError_t>(status));
+}
+
+}  // namespace ampactor::kernels::gpu

@@ -1,0 +1,600 @@
+// The CUDA kernels against the CPU kernels, which are themselves tested against plain LibTorch
+// (test_kernels.cpp): every dtype, contiguous, transposed and sliced gradients, with and without
+// inf/NaN, and lists of 1 to 2100 tensors of odd sizes. The raw launchers are driven through the
+// CUDA runtime, so they run on any GPU machine even with a CPU-only LibTorch; the tensor entry
+// points on CUDA tensors are tested where LibTorch has CUDA. Without a device every GPU test
+// prints "skipped: ..." and passes. update_scale's CPU path runs everywhere.
+#include "doctest_torch.h"
+
+#include <ampactor/kernels/unscale.h>
+#include <ampactor/kernels/update_scale.h>
+#include <ampactor/scaler/scale_state.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tensor_helpers.h"
+
+#ifdef AMPACTOR_CUDA_BUILT
+#include <cuda_runtime_api.h>
+
+#include "launch.h"
+#endif
+
+using namespace ampactor::test;
+namespace k = ampactor::kernels;
+
+namespace {
+
+const at::ScalarType kGradTypes[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+const Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced};
+const Poison kPoisons[] = {Poison::none, Poison::inf, Poison::nan};
+
+/// Why the GPU tests cannot run here, or nullptr when they can.
+const char* gpu_skip_reason() {
+#ifdef AMPACTOR_CUDA_BUILT
+  static const bool have = ampactor::kernels::gpu::device_count() > 0;
+  return have ? nullptr : "no CUDA device";
+#else
+  return "built without CUDA (AMPACTOR_CUDA=OFF)";
+#endif
+}
+
+#define SKIP_WITHOUT_GPU()                      \
+  do {                                          \
+    if (const char* why = gpu_skip_reason()) {  \
+      MESSAGE("skipped: " << std::string(why)); \
+      return;                                   \
+    }                                           \
+  } while (0)
+
+/// The whole storage under a CPU view, as a flat tensor of its dtype.
+at::Tensor flat_storage(const at::Tensor& t) {
+  const std::int64_t n = std::int64_t(t.storage().nbytes() / t.element_size());
+  return t.as_strided({n}, {1}, 0);
+}
+
+/// A fresh copy of t's whole storage and the same view on it.
+at::Tensor deep_copy(const at::Tensor& t) {
+  return flat_storage(t).clone().as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+std::vector<at::Tensor> make_list(at::ScalarType dtype, Layout l, Poison p, std::uint64_t seed) {
+  const std::int64_t shapes[][2] = {{3, 5}, {1, 1}, {17, 9}, {129, 33}, {613, 541}, {2, 7}};
+  std::vector<at::Tensor> out;
+  for (auto& s : shapes)
+    out.push_back(make_grad(s[0], s[1], dtype, l, seed++));
+  poison(out[4], p, 613 * 541 / 2 + 3);
+  poison(out.back(), p, 13);
+  return out;
+}
+
+float expected_flag(Poison p) {
+  return p == Poison::none ? 0.0f : 1.0f;
+}
+
+}  // namespace
+
+// ---- update_scale on CPU tensors: runs in every build ----
+
+TEST_CASE("update_scale on CPU tensors follows apply_update_rule step for step") {
+  std::mt19937 rng(5);
+  for (std::int64_t interval : {1, 2, 3, 7}) {
+    for (float start : {65536.0f, 3.0e38f, 1.0e-30f}) {
+      CAPTURE(interval);
+      CAPTURE(start);
+      at::Tensor scale = at::full({1}, start, at::kFloat);
+      at::Tensor tracker = at::zeros({1}, at::kInt);
+      at::Tensor found = at::zeros({1}, at::kFloat);
+      float want_scale = start;
+      std::int32_t want_tracker = 0;
+      for (int step = 0; step < 40; ++step) {
+        const bool inf = rng() % 5 == 0;
+        found.fill_(inf ? (step % 2 ? NAN : 1.0f) : 0.0f);
+        k::update_scale(scale, tracker, found, 2.0, 0.5, interval);
+        ampactor::apply_update_rule(want_scale, want_tracker, inf, 2.0, 0.5, interval);
+        REQUIRE(scale.item<float>() == want_scale);
+        REQUIRE(tracker.item<std::int32_t>() == want_tracker);
+      }
+    }
+  }
+}
+
+TEST_CASE("update_scale refuses bad input and changes nothing") {
+  at::Tensor scale = at::full({1}, 8.0f), tracker = at::full({1}, 2, at::kInt);
+  at::Tensor found = at::zeros({1});
+  struct Case {
+    const char* what;
+    at::Tensor s, t, f;
+    std::int64_t interval;
+    const char* part;
+  };
+  const Case cases[] = {
+      {"tracker not Int", scale, at::zeros({1}), found, 3, "growth_tracker must be a Int"},
+      {"two-element scale", at::full({2}, 8.0f), tracker, found, 3, "exactly 1 element"},
+      {"double found_inf", scale, tracker, at::zeros({1}, at::kDouble), 3, "found_inf must be"},
+      {"interval 0", scale, tracker, found, 0, "growth_interval must be at least 1"},
+      {"meta found_inf", scale, tracker, at::zeros({1}, at::TensorOptions().device(at::kMeta)), 3,
+       "found_inf is on meta"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    at::Tensor s = c.s, t = c.t;
+    CHECK_THROWS_WITH_AS(k::update_scale(s, t, c.f, 2.0, 0.5, c.interval),
+                         doctest::Contains(c.part), std::invalid_argument);
+    CHECK(scale.item<float>() == 8.0f);
+    CHECK(tracker.item<std::int32_t>() == 2);
+  }
+}
+
+#ifdef AMPACTOR_CUDA_BUILT
+namespace {
+
+namespace gpu = ampactor::kernels::gpu;
+
+gpu::DType gpu_type(at::ScalarType t) {
+  return t == at::kDouble     ? gpu::DType::f64
+         : t == at::kHalf     ? gpu::DType::f16
+         : t == at::kBFloat16 ? gpu::DType::bf16
+                              : gpu::DType::f32;
+}
+
+/// Device memory, freed on scope exit.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceBuffer(std::size_t n) : bytes(n) { REQUIRE(cudaMalloc(&ptr, n ? n : 1) == 0); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  char* at(std::size_t offset) const { return static_cast<char*>(ptr) + offset; }
+  void upload(const void* src) {
+    REQUIRE(cudaMemcpy(ptr, src, bytes, cudaMemcpyHostToDevice) == 0);
+  }
+  void download(void* dst) const {
+    REQUIRE(cudaMemcpy(dst, ptr, bytes, cudaMemcpyDeviceToHost) == 0);
+  }
+};
+
+/// A CPU tensor's whole storage mirrored on the device, and the view as spans of device memory:
+/// one span when the view is dense (in memory order), one per row when it is a 2-D slice.
+struct DeviceView {
+  at::Tensor host;
+  DeviceBuffer buf;
+  explicit DeviceView(const at::Tensor& t) : host(t), buf(t.storage().nbytes()) {
+    buf.upload(t.storage().data());
+  }
+  char* dev_data() const {
+    return buf.at(static_cast<const char*>(host.data_ptr()) -
+                  static_cast<const char*>(host.storage().data()));
+  }
+  std::vector<gpu::Span> spans() const {
+    const gpu::DType type = gpu_type(host.scalar_type());
+    if (host.is_non_overlapping_and_dense()) return {{dev_data(), host.numel(), type}};
+    REQUIRE(host.dim() == 2);
+    REQUIRE(host.stride(1) == 1);
+    std::vector<gpu::Span> rows;
+    for (std::int64_t r = 0; r < host.size(0); ++r)
+      rows.push_back({dev_data() + r * host.stride(0) * host.element_size(), host.size(1), type});
+    return rows;
+  }
+  /// Copies the device storage back into the host tensor's storage.
+  void download() { buf.download(host.storage().data()); }
+};
+
+float read_flag(const DeviceBuffer& flag) {
+  float v = -1;
+  flag.download(&v);
+  return v;
+}
+
+void require_ok(int status) {
+  CAPTURE(gpu::error_string(status));
+  REQUIRE(status == 0);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA unscale_and_check equals the CPU kernels on every dtype, layout and poison") {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer inv_dev(sizeof(float));
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Poison p : kPoisons)
+        for (float inv : {1.0f / 65536.0f, 0.375f, 1.0f}) {
+          for (bool inv_on_device : {false, true}) {
+            CAPTURE(c10::toString(dtype));
+            CAPTURE(name(l));
+            CAPTURE(name(p));
+            CAPTURE(inv);
+            CAPTURE(inv_on_device);
+            auto grads = make_list(dtype, l, p, 7);
+            std::vector<at::Tensor> want;
+            std::vector<std::unique_ptr<DeviceView>> views;
+            std::vector<gpu::Span> spans;
+            for (auto& g : grads) {
+              want.push_back(deep_copy(g));
+              views.push_back(std::make_unique<DeviceView>(g));
+              for (const gpu::Span& s : views.back()->spans())
+                spans.push_back(s);
+            }
+            at::Tensor found_cpu = at::zeros({}, at::kFloat);
+            k::unscale_and_check(want, inv, found_cpu);
+            DeviceBuffer flag(sizeof(float));
+            const float zero = 0.0f;
+            flag.upload(&zero);
+            inv_dev.upload(&inv);
+            require_ok(gpu::unscale_and_check(
+                spans.data(), spans.size(),
+                inv_on_device ? static_cast<float*>(inv_dev.ptr) : nullptr,
+                inv_on_device ? -5.0f : inv, static_cast<float*>(flag.ptr), nullptr));
+            REQUIRE(cudaDeviceSynchronize() == 0);
+            CHECK(read_flag(flag) == expected_flag(p));
+            CHECK(found_cpu.item<float>() == expected_flag(p));
+            for (std::size_t i = 0; i < grads.size(); ++i) {
+              views[i]->download();
+              // The whole storage: the view's values, and the gaps of a slice left alone.
+              CHECK(same_values(flat_storage(grads[i]), flat_storage(want[i])));
+            }
+          }
+        }
+}
+
+TEST_CASE("CUDA check_finite finds inf and NaN and writes nothing") {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Poison p : kPoisons) {
+        CAPTURE(c10::toString(dtype));
+        CAPTURE(name(l));
+        CAPTURE(name(p));
+        auto grads = make_list(dtype, l, p, 9);
+        std::vector<at::Tensor> before;
+        std::vector<std::unique_ptr<DeviceView>> views;
+        std::vector<gpu::Span> spans;
+        for (auto& g : grads) {
+          before.push_back(flat_storage(g).clone());
+          views.push_back(std::make_unique<DeviceView>(g));
+          for (const gpu::Span& s : views.back()->spans())
+            spans.push_back(s);
+        }
+        at::Tensor found_cpu = at::zeros({}, at::kFloat);
+        k::check_finite(grads, found_cpu);
+        DeviceBuffer flag(sizeof(float));
+        const float zero = 0.0f;
+        flag.upload(&zero);
+        require_ok(
+            gpu::check_finite(spans.data(), spans.size(), static_cast<float*>(flag.ptr), nullptr));
+        REQUIRE(cudaDeviceSynchronize() == 0);
+        CHECK(read_flag(flag) == found_cpu.item<float>());
+        CHECK(read_flag(flag) == expected_flag(p));
+        for (std::size_t i = 0; i < grads.size(); ++i) {
+          views[i]->download();
+          const at::Tensor now = flat_storage(grads[i]);
+          CHECK(std::memcmp(now.data_ptr(), before[i].data_ptr(), now.nbytes()) == 0);
+        }
+      }
+}
+
+TEST_CASE("CUDA move_grads_and_unscale equals the CPU kernels on every dtype, layout and poison") {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Poison p : kPoisons) {
+        CAPTURE(c10::toString(dtype));
+        CAPTURE(name(l));
+        CAPTURE(name(p));
+        const float inv = 1.0f / 1024.0f;
+        auto model = make_list(dtype, l, p, 21);
+        std::vector<at::Tensor> master;
+        std::vector<std::unique_ptr<DeviceView>> views;
+        std::vector<std::unique_ptr<DeviceBuffer>> dst;
+        std::vector<gpu::MoveSpan> spans;
+        for (auto& g : model) {
+          // Masters in the model's memory order where it is dense, row-major for slices.
+          const bool dense = g.is_non_overlapping_and_dense();
+          master.push_back(dense ? at::empty_strided(g.sizes(), g.strides(), at::kFloat)
+                                 : at::empty(g.sizes(), at::kFloat));
+          views.push_back(std::make_unique<DeviceView>(g));
+          dst.push_back(std::make_unique<DeviceBuffer>(std::size_t(g.numel()) * 4));
+          float* d = static_cast<float*>(dst.back()->ptr);
+          for (const gpu::Span& s : views.back()->spans()) {
+            spans.push_back({s.data, d, s.numel, s.dtype});
+            d += s.numel;
+          }
+        }
+        at::Tensor found_cpu = at::zeros({}, at::kFloat);
+        k::move_grads_and_unscale(model, master, inv, found_cpu);
+        DeviceBuffer flag(sizeof(float));
+        const float zero = 0.0f;
+        flag.upload(&zero);
+        require_ok(gpu::move_grads_and_unscale(spans.data(), spans.size(), nullptr, inv,
+                                               static_cast<float*>(flag.ptr), nullptr));
+        REQUIRE(cudaDeviceSynchronize() == 0);
+        CHECK(read_flag(flag) == expected_flag(p));
+        for (std::size_t i = 0; i < model.size(); ++i) {
+          at::Tensor got = at::empty({model[i].numel()}, at::kFloat);
+          dst[i]->download(got.data_ptr());
+          CHECK(same_values(got, flat_storage(master[i])));
+        }
+      }
+}
+
+TEST_CASE("CUDA lists of 1 to 2100 tensors of odd sizes, mixed dtypes and unaligned starts") {
+  SKIP_WITHOUT_GPU();
+  const std::size_t per_launch = gpu::max_spans_per_launch();
+  CHECK(per_launch >= 1000);  // a list of a thousand small tensors is one launch
+  for (int count : {1, 31, 32, 33, 1000, 1024, 1025, 2100}) {
+    for (Poison p : kPoisons) {
+      CAPTURE(count);
+      CAPTURE(name(p));
+      // Each tensor a 1-D run packed into one buffer; every third starts one element past a
+      // 16-byte boundary, so both the vector and the scalar paths run.
+      std::vector<at::Tensor> cpu;
+      std::vector<std::size_t> offsets;
+      std::size_t bytes = 0;
+      for (int i = 0; i < count; ++i) {
+        const at::ScalarType dtype = kGradTypes[i % 4];
+        const std::int64_t n = (std::int64_t(i) * 7919) % 3001 + 1 + (i == count / 2) * 70001;
+        at::manual_seed(std::uint64_t(i));
+        cpu.push_back((at::randn({n}) * 8).to(dtype));
+        bytes = (bytes + 255) / 256 * 256 + (i % 3 == 2 ? cpu.back().element_size() : 0);
+        offsets.push_back(bytes);
+        bytes += std::size_t(n) * cpu.back().element_size();
+      }
+      // The poison sits in the last tensor of the last launch, at its end (a scalar tail).
+      if (p != Poison::none)
+        cpu.back()
+            .view({-1})
+            .select(0, cpu.back().numel() - 1)
+            .fill_(p == Poison::inf ? INFINITY : NAN);
+      std::vector<char> staging(bytes);
+      std::vector<gpu::Span> spans;
+      DeviceBuffer buf(bytes);
+      for (int i = 0; i < count; ++i) {
+        std::memcpy(staging.data() + offsets[i], cpu[i].data_ptr(), cpu[i].nbytes());
+        spans.push_back({buf.at(offsets[i]), cpu[i].numel(), gpu_type(cpu[i].scalar_type())});
+      }
+      buf.upload(staging.data());
+      std::vector<at::Tensor> want;
+      for (auto& t : cpu)
+        want.push_back(t.clone());
+      at::Tensor found_cpu = at::zeros({}, at::kFloat);
+      k::unscale_and_check(want, 0.25f, found_cpu);
+      DeviceBuffer flag(sizeof(float)), check_flag(sizeof(float));
+      const float zero = 0.0f;
+      flag.upload(&zero);
+      check_flag.upload(&zero);
+      require_ok(gpu::check_finite(spans.data(), spans.size(), static_cast<float*>(check_flag.ptr),
+                                   nullptr));
+      require_ok(gpu::unscale_and_check(spans.data(), spans.size(), nullptr, 0.25f,
+                                        static_cast<float*>(flag.ptr), nullptr));
+      REQUIRE(cudaDeviceSynchronize() == 0);
+      CHECK(read_flag(flag) == expected_flag(p));
+      CHECK(read_flag(check_flag) == expected_flag(p));
+      buf.download(staging.data());
+      bool all_equal = true;
+      for (int i = 0; i < count; ++i) {
+        at::Tensor got = at::empty_like(cpu[i]);
+        std::memcpy(got.data_ptr(), staging.data() + offsets[i], got.nbytes());
+        all_equal = all_equal && same_values(got, want[i]);
+      }
+      CHECK(all_equal);
+    }
+  }
+}
+
+TEST_CASE("CUDA launchers refuse bad input before queuing anything") {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer data(64), flag(4);
+  const float zero = 0.0f, pattern = 3.0f;
+  flag.upload(&zero);
+  std::vector<float> ones(16, pattern);
+  data.upload(ones.data());
+  // A good span first: it would be the first one processed if checks were not all up front.
+  const gpu::Span good{data.ptr, 16, gpu::DType::f32};
+  const gpu::Span bad_cases[] = {{nullptr, 4, gpu::DType::f32},
+                                 {data.ptr, -1, gpu::DType::f32},
+                                 {data.ptr, 4, static_cast<gpu::DType>(9)}};
+  for (const gpu::Span& bad : bad_cases) {
+    const gpu::Span list[] = {good, bad};
+    CHECK(gpu::unscale_and_check(list, 2, nullptr, 0.5f, static_cast<float*>(flag.ptr), nullptr) ==
+          gpu::kInvalidInput);
+    CHECK(gpu::check_finite(list, 2, static_cast<float*>(flag.ptr), nullptr) == gpu::kInvalidInput);
+  }
+  CHECK(gpu::unscale_and_check(&good, 1, nullptr, 0.5f, nullptr, nullptr) == gpu::kInvalidInput);
+  const gpu::MoveSpan move_bad{data.ptr, nullptr, 4, gpu::DType::f16};
+  CHECK(gpu::move_grads_and_unscale(&move_bad, 1, nullptr, 0.5f, static_cast<float*>(flag.ptr),
+                                    nullptr) == gpu::kInvalidInput);
+  CHECK(gpu::update_scale(nullptr, nullptr, nullptr, 2.0, 0.5, 1, nullptr) == gpu::kInvalidInput);
+  REQUIRE(cudaDeviceSynchronize() == 0);
+  std::vector<float> after(16);
+  data.download(after.data());
+  CHECK(after == ones);
+  // An empty list queues nothing and finds nothing.
+  CHECK(gpu::unscale_and_check(nullptr, 0, nullptr, 0.5f, static_cast<float*>(flag.ptr), nullptr) ==
+        0);
+  CHECK(read_flag(flag) == 0.0f);
+}
+
+TEST_CASE("CUDA update_scale follows apply_update_rule step for step") {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  DeviceBuffer scale(4), tracker(4), found(4);
+  for (std::int64_t interval : {1, 2, 5}) {
+    for (float start : {65536.0f, 3.0e38f, 1.0e-30f}) {
+      for (std::int32_t start_tracker : {0, 9}) {  // 9 > interval: growth stalls until a backoff
+        CAPTURE(interval);
+        CAPTURE(start);
+        CAPTURE(start_tracker);
+        float want_scale = start;
+        std::int32_t want_tracker = start_tracker;
+        scale.upload(&start);
+        tracker.upload(&start_tracker);
+        for (int step = 0; step < 30; ++step) {
+          const bool inf = rng() % 6 == 0;
+          const float f = inf ? (step % 2 ? NAN : 1.0f) : 0.0f;
+          found.upload(&f);
+          require_ok(gpu::update_scale(
+              static_cast<float*>(scale.ptr), static_cast<std::int32_t*>(tracker.ptr),
+              static_cast<float*>(found.ptr), 2.0, 0.5, interval, nullptr));
+          ampactor::apply_update_rule(want_scale, want_tracker, inf, 2.0, 0.5, interval);
+          float got_scale = 0;
+          std::int32_t got_tracker = -1;
+          scale.download(&got_scale);
+          tracker.download(&got_tracker);
+          REQUIRE(got_scale == want_scale);
+          REQUIRE(got_tracker == want_tracker);
+        }
+      }
+    }
+  }
+}
+
+#endif  // AMPACTOR_CUDA_BUILT
+
+// ---- the tensor entry points on CUDA tensors (a LibTorch with CUDA) ----
+
+#ifdef AMPACTOR_TORCH_CUDA
+namespace {
+
+/// The same view (sizes, strides, offset) on a CUDA copy of t's whole storage.
+at::Tensor to_cuda_view(const at::Tensor& t) {
+  return flat_storage(t).to(at::kCUDA).as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+/// The CUDA view's whole storage back on the CPU, as the same view.
+at::Tensor to_cpu_view(const at::Tensor& t) {
+  const std::int64_t n = std::int64_t(t.storage().nbytes() / t.element_size());
+  return t.as_strided({n}, {1}, 0).cpu().as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+}  // namespace
+
+TEST_CASE("CUDA tensors: the entry points equal the CPU kernels, layouts kept, slices' gaps kept") {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Poison p : kPoisons) {
+        CAPTURE(c10::toString(dtype));
+        CAPTURE(name(l));
+        CAPTURE(name(p));
+        auto cpu = make_list(dtype, l, p, 31);
+        std::vector<at::Tensor> cuda, cuda_check;
+        for (auto& g : cpu) {
+          cuda.push_back(to_cuda_view(g));
+          cuda_check.push_back(to_cuda_view(g));
+        }
+        // The inverse scale as a device tensor: read by the kernel, never by the host.
+        at::Tensor inv = at::full({1}, 0.375f, at::TensorOptions().device(at::kCUDA));
+        at::Tensor found = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+        at::Tensor found_check = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+        at::Tensor found_cpu = at::zeros({}, at::kFloat);
+        k::unscale_and_check(cuda, inv, found);
+        k::check_finite(cuda_check, found_check);
+        k::unscale_and_check(cpu, 0.375f, found_cpu);
+        CHECK(found.item<float>() == expected_flag(p));
+        CHECK(found_check.item<float>() == expected_flag(p));
+        for (std::size_t i = 0; i < cpu.size(); ++i) {
+          CHECK(cuda[i].strides() == cpu[i].strides());
+          CHECK(same_values(flat_storage(to_cpu_view(cuda[i])), flat_storage(cpu[i])));
+        }
+      }
+}
+
+TEST_CASE("CUDA tensors: move_grads_and_unscale into contiguous, transposed and sliced masters") {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Layout master_layout : kLayouts)
+        for (Poison p : {Poison::none, Poison::nan}) {
+          CAPTURE(c10::toString(dtype));
+          CAPTURE(name(l));
+          CAPTURE(name(master_layout));
+          CAPTURE(name(p));
+          auto model = make_list(dtype, l, p, 41);
+          std::vector<at::Tensor> model_cuda, master_cpu, master_cuda;
+          for (auto& g : model) {
+            model_cuda.push_back(to_cuda_view(g));
+            master_cpu.push_back(
+                make_grad(g.size(0), g.size(1), at::kFloat, master_layout, 3).fill_(-7.0f));
+            master_cuda.push_back(to_cuda_view(master_cpu.back()));
+          }
+          at::Tensor found = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+          at::Tensor found_cpu = at::zeros({}, at::kFloat);
+          k::move_grads_and_unscale(model_cuda, master_cuda, 1.0f / 1024.0f, found);
+          k::move_grads_and_unscale(model, master_cpu, 1.0f / 1024.0f, found_cpu);
+          CHECK(found.item<float>() == expected_flag(p));
+          for (std::size_t i = 0; i < model.size(); ++i) {
+            CHECK(same_values(flat_storage(to_cpu_view(master_cuda[i])),
+                              flat_storage(master_cpu[i])));
+            CHECK(same_values(to_cpu_view(model_cuda[i]), model[i]));  // the source is only read
+          }
+        }
+}
+
+TEST_CASE("CUDA tensors: the same results as torch's _amp_foreach_non_finite_check_and_unscale_") {
+  SKIP_WITHOUT_GPU();
+  for (at::ScalarType dtype : {at::kFloat, at::kHalf})  // torch's kernel has no bf16
+    for (Poison p : kPoisons) {
+      CAPTURE(c10::toString(dtype));
+      CAPTURE(name(p));
+      auto cpu = make_list(dtype, Layout::contiguous, p, 51);
+      std::vector<at::Tensor> ours, theirs;
+      for (auto& g : cpu) {
+        ours.push_back(g.to(at::kCUDA));
+        theirs.push_back(g.to(at::kCUDA));
+      }
+      auto opts = at::TensorOptions().device(at::kCUDA);
+      at::Tensor inv = at::full({1}, 1.0f / 4096.0f, opts);
+      at::Tensor found = at::zeros({1}, opts), found_torch = at::zeros({1}, opts);
+      k::unscale_and_check(ours, inv, found);
+      at::_amp_foreach_non_finite_check_and_unscale_(theirs, found_torch, inv);
+      CHECK(found.item<float>() == found_torch.item<float>());
+      for (std::size_t i = 0; i < cpu.size(); ++i)
+        CHECK(same_values(ours[i].cpu(), theirs[i].cpu()));
+    }
+}
+
+TEST_CASE("CUDA tensors: update_scale on the device equals the CPU tensors' update") {
+  SKIP_WITHOUT_GPU();
+  auto opts = at::TensorOptions().device(at::kCUDA);
+  at::Tensor scale = at::full({1}, 65536.0f, opts), tracker = at::zeros({1}, opts.dtype(at::kInt));
+  at::Tensor scale_cpu = scale.cpu(), tracker_cpu = tracker.cpu();
+  for (int step = 0; step < 50; ++step) {
+    const float f = step % 7 == 3 ? 1.0f : 0.0f;
+    at::Tensor found = at::full({1}, f, opts), found_cpu = at::full({1}, f);
+    k::update_scale(scale, tracker, found, 2.0, 0.5, 4);
+    k::update_scale(scale_cpu, tracker_cpu, found_cpu, 2.0, 0.5, 4);
+  }
+  CHECK(scale.item<float>() == scale_cpu.item<float>());
+  CHECK(tracker.item<std::int32_t>() == tracker_cpu.item<std::int32_t>());
+}
+
+TEST_CASE("CUDA tensors: mixed devices are refused before anything runs") {
+  SKIP_WITHOUT_GPU();
+  std::vector<at::Tensor> grads{at::ones({4}, at::TensorOptions().device(at::kCUDA)),
+                                at::ones({4})};
+  at::Tensor found = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+  CHECK_THROWS_WITH_AS(k::unscale_and_check(grads, 0.5f, found), doctest::Contains("one device"),
+                       std::invalid_argument);
+  CHECK(grads[0].cpu().equal(at::ones({4})));
+  at::Tensor found_cpu = at::zeros({1});
+  CHECK_THROWS_WITH_AS(k::unscale_and_check({grads[0]}, 0.5f, found_cpu),
+                       doctest::Contains("one device"), std::invalid_argument);
+}
+
+#elif defined(AMPACTOR_CUDA_BUILT)
+
+TEST_CASE("CUDA tensors: the tensor entry points need a LibTorch with CUDA") {
+  MESSAGE(
+      "skipped: this LibTorch has no CUDA, so no CUDA tensor can reach the entry points "
+      "(the raw launcher tests above cover the kernels)");
+}
+
+#endif  // AMPACTOR_TORCH_CUDA
