@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_gpu.h"
+
 namespace k = ampactor::kernels;
 using Clock = std::chrono::steady_clock;
 
@@ -335,11 +337,18 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--json", json_path, "write the figures as JSON (name -> value) to this file");
   app.add_flag("--quick", quick, "small sizes and few repetitions (a smoke run)");
+  std::vector<std::int64_t> gpu_sizes_mb{16, 256, 1024};
+  bool gpu_only = false;
+  app.add_option("--gpu-sizes-mb", gpu_sizes_mb, "total fp32 gradient sizes on the GPU in MiB")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--gpu-only", gpu_only, "only the GPU figures");
   CLI11_PARSE(app, argc, argv);
   if (quick) {
     sizes_mb = {1, 16};
     min_reps = 3;
     min_seconds = 0.05;
+    gpu_sizes_mb = {16};
   }
   const int all = int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> threads;
@@ -369,12 +378,15 @@ int main(int argc, char** argv) {
   std::cout << "ampactor-bench-kernels: CPU loops '" << k::cpu_loop_variant() << "', " << all
             << " hardware thread(s) available\n";
   Results res;
-  for (int t : threads)
-    for (std::int64_t mb : sizes_mb)
-      run_size(mb << 20, count, t, min_reps, min_seconds, res);
-  const std::int64_t half_mb = std::min<std::int64_t>(64, sizes_mb.back());
-  for (int t : threads)
-    run_half_types(half_mb << 20, count, t, min_reps, min_seconds, res);
+  if (!gpu_only) {
+    for (int t : threads)
+      for (std::int64_t mb : sizes_mb)
+        run_size(mb << 20, count, t, min_reps, min_seconds, res);
+    const std::int64_t half_mb = std::min<std::int64_t>(64, sizes_mb.back());
+    for (int t : threads)
+      run_half_types(half_mb << 20, count, t, min_reps, min_seconds, res);
+  }
+  ampactor::bench::run_gpu_figures({gpu_sizes_mb, count, min_reps}, res.json);
   res.json["meta/threads_all"] = all;
   res.json["meta/tensors"] = count;
   if (!json_path.empty()) {
