@@ -1,4 +1,5 @@
 #include <ampactor/actors/scale_keeper.h>
+#include <ampactor/actors/trace.h>
 
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -7,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <iostream>
 #include <map>
+#include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -26,26 +30,48 @@ struct Unscales {
 template <class T>
 using promise = caf::typed_response_promise<T>;
 
+// `to`: the requester's name in the trace (empty when not tracing).
 struct QueuedScaleRequest {
   ScaleRequest req;
   promise<ScaleReply> rp;
+  std::string to;
 };
 struct QueuedGet {
+  GetParams req;
   promise<ScaleParams> rp;
+  std::string to;
 };
 struct QueuedSet {
   SetParam req;
   promise<ScaleParams> rp;
+  std::string to;
 };
 struct QueuedStateDict {
+  GetStateDict req;
   promise<StateDictMsg> rp;
+  std::string to;
 };
 struct QueuedLoad {
   LoadStateDict req;
   promise<ScaleParams> rp;
+  std::string to;
 };
 using Command = std::variant<UpdateScale, QueuedScaleRequest, QueuedGet, QueuedSet, QueuedStateDict,
                              QueuedLoad>;
+
+/// The keeper's recording state. Actors are named by role and order of first appearance
+/// ("trainer1", "optimizer1", ...) and optimizers renumbered 1, 2, ... the same way, so two runs of
+/// one program give the same trace (CAF's actor ids and optimizer addresses vary).
+struct Tracer {
+  std::shared_ptr<TraceSink> sink;
+  std::uint64_t seq = 0;
+  std::unordered_map<caf::actor_id, std::string> names;
+  int trainers = 0;
+  int optimizers = 0;
+  std::unordered_map<optimizer_id, optimizer_id> optimizer_ids;
+};
+
+enum class Role { trainer, optimizer };
 
 struct keeper_state {
   ScaleState state;
@@ -56,6 +82,7 @@ struct keeper_state {
   std::map<iteration_t, IterationClosed> closed;
   std::deque<Command> queue;
   std::vector<caf::actor> subscribers;
+  Tracer trace;
   static inline const char* name = "ampactor.scale_keeper";
 };
 
@@ -64,6 +91,46 @@ using keeper_ptr = scale_keeper_actor::stateful_pointer<keeper_state>;
 ScaleParams params(const keeper_state& st) {
   return {st.applied_through,        st.state.get_scale(),       st.state.growth_factor(),
           st.state.backoff_factor(), st.state.growth_interval(), st.state.growth_tracker()};
+}
+
+std::string name_of(Tracer& t, const caf::strong_actor_ptr& who, Role role) {
+  if (!who) return trace_anonymous;
+  auto [it, fresh] = t.names.try_emplace(who->id());
+  if (fresh)
+    it->second = role == Role::optimizer ? "optimizer" + std::to_string(++t.optimizers)
+                                         : "trainer" + std::to_string(++t.trainers);
+  return it->second;
+}
+
+void emit(Tracer& t, iteration_t k, std::string from, std::string to, TraceMessage m) {
+  try {
+    t.sink->event(TraceEvent{t.seq++, k, std::move(from), std::move(to), std::move(m)});
+  } catch (const std::exception& e) {
+    // A sink must not throw; if one does, recording stops and the keeper goes on.
+    std::cerr << "ampactor: scale_keeper trace stopped: " << e.what() << "\n";
+    t.sink.reset();
+  }
+}
+
+/// Records a message to the keeper; returns the sender's name (where the reply goes).
+template <class M>
+std::string trace_in(keeper_ptr self, iteration_t k, const M& m, Role role = Role::trainer) {
+  Tracer& t = self->state.trace;
+  if (!t.sink) return {};
+  std::string from = name_of(t, self->current_sender(), role);
+  emit(t, k, from, trace_keeper, m);
+  return from;
+}
+
+template <class M>
+void trace_out(keeper_state& st, iteration_t k, const std::string& to, const M& m) {
+  if (st.trace.sink) emit(st.trace, k, trace_keeper, to, m);
+}
+
+void trace_error(keeper_state& st, iteration_t k, const std::string& to, const caf::error& err) {
+  if (!st.trace.sink) return;
+  const ScalerError e = to_exception(err);
+  emit(st.trace, k, trace_keeper, to, TraceErrorReply{e.code(), e.what()});
 }
 
 bool ready(const keeper_state& st, const UpdateScale& u) {
@@ -107,6 +174,7 @@ void apply_update(keeper_ptr self, const UpdateScale& u) {
   st.applied_through = std::max(st.applied_through, u.k);
   out.scale = st.state.scale();
   out.growth_tracker = st.state.growth_tracker();
+  trace_out(st, u.k, trace_subscribers, out);  // recorded with or without subscribers
   for (auto& s : st.subscribers)
     caf::anon_send(s, out);
 }
@@ -141,22 +209,33 @@ void drain(keeper_ptr self) {
       if (!ready(st, *u)) return;
       if (u->k > st.applied_through) apply_update(self, *u);  // an update is never applied twice
     } else if (auto* r = std::get_if<QueuedScaleRequest>(&head)) {
-      r->rp.deliver(ScaleReply{r->req.k, st.state.scale()});
+      const ScaleReply out{r->req.k, st.state.scale()};
+      trace_out(st, r->req.k, r->to, out);
+      r->rp.deliver(out);
     } else if (auto* g = std::get_if<QueuedGet>(&head)) {
+      trace_out(st, g->req.k, g->to, params(st));
       g->rp.deliver(params(st));
     } else if (auto* s = std::get_if<QueuedSet>(&head)) {
-      if (auto err = apply_set(st, s->req))
+      if (auto err = apply_set(st, s->req)) {
+        trace_error(st, s->req.k, s->to, err);
         s->rp.deliver(std::move(err));
-      else
+      } else {
+        trace_out(st, s->req.k, s->to, params(st));
         s->rp.deliver(params(st));
+      }
     } else if (auto* d = std::get_if<QueuedStateDict>(&head)) {
-      d->rp.deliver(to_message(make_state_dict(st.state)));
+      const StateDictMsg out = to_message(make_state_dict(st.state));
+      trace_out(st, d->req.k, d->to, out);
+      d->rp.deliver(out);
     } else if (auto* l = std::get_if<QueuedLoad>(&head)) {
       try {
         load_state_dict(st.state, from_message(l->req.state));
+        trace_out(st, l->req.k, l->to, params(st));
         l->rp.deliver(params(st));
       } catch (const ScalerError& e) {
-        l->rp.deliver(make_error(e.code(), e.what()));
+        auto err = make_error(e.code(), e.what());
+        trace_error(st, l->req.k, l->to, err);
+        l->rp.deliver(std::move(err));
       }
     }
     st.queue.pop_front();
@@ -173,21 +252,32 @@ caf::result<Res> queue_request(keeper_ptr self, Make make) {
 }
 
 scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts,
-                                         ScalePolicy policy) {
+                                         ScalePolicy policy, std::shared_ptr<TraceSink> trace) {
   self->state.state = ScaleState(opts);
   self->state.policy = policy;
+  self->state.trace.sink = std::move(trace);
   return {
       [=](ScaleRequest req) -> caf::result<ScaleReply> {
         auto& st = self->state;
+        std::string from = trace_in(self, req.k, req);
         st.state.lazy_init();
-        if (st.policy == ScalePolicy::lagged || st.queue.empty())
-          return ScaleReply{req.k, st.state.scale()};
+        if (st.policy == ScalePolicy::lagged || st.queue.empty()) {
+          const ScaleReply out{req.k, st.state.scale()};
+          trace_out(st, req.k, from, out);
+          return out;
+        }
         auto rp = self->make_response_promise<ScaleReply>();
-        st.queue.emplace_back(QueuedScaleRequest{req, rp});
+        st.queue.emplace_back(QueuedScaleRequest{req, rp, std::move(from)});
         return rp;
       },
       [=](UnscaleDone d) {
         auto& st = self->state;
+        if (st.trace.sink) {
+          UnscaleDone r = d;
+          auto& ids = st.trace.optimizer_ids;
+          r.optimizer = ids.try_emplace(d.optimizer, ids.size() + 1).first->second;
+          trace_in(self, d.k, r, Role::optimizer);
+        }
         if (d.k <= st.applied_through) return;  // late report for an applied update: ignored
         Unscales& u = st.unscales[d.k];
         ++u.count;
@@ -199,41 +289,61 @@ scale_keeper_actor::behavior_type keeper(keeper_ptr self, GradScalerOptions opts
       },
       [=](IterationClosed c) {
         auto& st = self->state;
+        trace_in(self, c.k, c, Role::optimizer);
         if (c.k <= st.applied_through) return;
         st.closed[c.k] = c;
         drain(self);
       },
       [=](UpdateScale u) {
+        trace_in(self, u.k, u);
         self->state.queue.emplace_back(u);
         drain(self);
       },
       [=](GetParams g) -> caf::result<ScaleParams> {
         auto& st = self->state;
-        if (!g.up_to_date || st.queue.empty()) return params(st);
+        std::string from = trace_in(self, g.k, g);
+        if (!g.up_to_date || st.queue.empty()) {
+          trace_out(st, g.k, from, params(st));
+          return params(st);
+        }
         auto rp = self->make_response_promise<ScaleParams>();
-        st.queue.emplace_back(QueuedGet{rp});
+        st.queue.emplace_back(QueuedGet{g, rp, std::move(from)});
         return rp;
       },
       [=](SetParam s) {
-        return queue_request<ScaleParams>(self, [&](auto rp) { return QueuedSet{s, rp}; });
+        std::string from = trace_in(self, s.k, s);
+        return queue_request<ScaleParams>(self, [&](auto rp) { return QueuedSet{s, rp, from}; });
       },
-      [=](GetStateDict) {
-        return queue_request<StateDictMsg>(self, [](auto rp) { return QueuedStateDict{rp}; });
+      [=](GetStateDict g) {
+        std::string from = trace_in(self, g.k, g);
+        return queue_request<StateDictMsg>(self, [&](auto rp) {
+          return QueuedStateDict{g, rp, from};
+        });
       },
       [=](LoadStateDict l) {
-        return queue_request<ScaleParams>(self, [&](auto rp) { return QueuedLoad{l, rp}; });
+        std::string from = trace_in(self, l.k, l);
+        return queue_request<ScaleParams>(self, [&](auto rp) { return QueuedLoad{l, rp, from}; });
       },
-      [=](subscribe_atom, caf::actor who) { self->state.subscribers.push_back(std::move(who)); },
+      [=](subscribe_atom, caf::actor who) {
+        auto& t = self->state.trace;
+        if (t.sink) {
+          const auto sub = name_of(t, caf::actor_cast<caf::strong_actor_ptr>(who), Role::trainer);
+          trace_in(self, -1, TraceSubscribe{sub});
+        }
+        self->state.subscribers.push_back(std::move(who));
+      },
   };
 }
 
 }  // namespace
 
 scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
-                                      ScalePolicy policy, bool detached) {
+                                      ScalePolicy policy, bool detached,
+                                      std::shared_ptr<TraceSink> trace) {
   opts.validate();
-  if (detached) return sys.spawn<caf::detached>(keeper, opts, policy);
-  return sys.spawn(keeper, opts, policy);
+  if (trace) trace->header(TraceHeader{opts, policy});
+  if (detached) return sys.spawn<caf::detached>(keeper, opts, policy, std::move(trace));
+  return sys.spawn(keeper, opts, policy, std::move(trace));
 }
 
 }  // namespace ampactor

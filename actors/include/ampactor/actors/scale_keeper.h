@@ -8,10 +8,14 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include <memory>
+
 #include <ampactor/messages/messages.h>
 #include <ampactor/scaler/options.h>
 
 namespace ampactor {
+
+class TraceSink;
 
 /// The whole protocol of the keeper.
 using scale_keeper_actor = caf::typed_actor<caf::replies_to<ScaleRequest>::with<ScaleReply>,  //
@@ -28,8 +32,11 @@ using scale_keeper_actor = caf::typed_actor<caf::replies_to<ScaleRequest>::with<
 /// Subscribers (subscribe_atom) receive an UpdateApplied for every applied update.
 /// detached: a thread of its own, which answers a request in ~12 us where CAF 0.17's default
 /// work-stealing workers, polling with sleeps, take ~120 us (bench/RESULTS.md).
+/// trace: records every message in and out, in mailbox order (<ampactor/actors/trace.h>); the
+/// header is written before this returns.
 scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
                                       ScalePolicy policy = ScalePolicy::exact,
-                                      bool detached = false);
+                                      bool detached = false,
+                                      std::shared_ptr<TraceSink> trace = nullptr);
 
 }  // namespace ampactor

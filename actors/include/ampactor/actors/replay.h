@@ -1,0 +1,72 @@
+// Replaying a keeper trace (<ampactor/actors/trace.h>) into a fresh keeper under CAF's
+// deterministic scheduler: exactly (every reply must equal the recorded one), or as a what-if with
+// other settings over the same found_inf sequence.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ampactor/actors/trace.h>
+
+namespace ampactor {
+
+struct ReplayResult {
+  bool identical = true;
+  /// Events of the trace that matched before the first divergence (all of them when identical).
+  std::size_t matched = 0;
+  /// The first divergence: the trace's line (the line after the last one when the fresh keeper
+  /// did more than the trace holds), the recorded event and what the fresh keeper did ("" for
+  /// nothing), both as JSON lines.
+  std::size_t line = 0;
+  std::string expected;
+  std::string got;
+};
+
+/// Sends the trace's inputs, in recorded order and from actors standing for the recorded senders,
+/// to a keeper built from its header, and compares every event the keeper records (inputs,
+/// replies, UpdateApplied) with the trace. Stops at the first divergence.
+ReplayResult replay_trace(const Trace& trace);
+
+struct WhatIfRow {
+  iteration_t k = 0;
+  bool found_inf = false;     // as recorded, shared by both columns
+  bool has_unscales = false;  // an update from unscale reports (not a new_scale or abandoned)
+  float recorded_scale = 0;   // the scale iteration k's gradients were made with
+  float whatif_scale = 0;
+  bool recorded_backoff = false;
+  bool whatif_backoff = false;
+  bool recorded_grew = false;
+  bool whatif_grew = false;
+};
+
+struct WhatIfCounts {
+  std::int64_t iterations = 0;
+  std::int64_t skips = 0;  // updates that saw found_inf (that iteration's steps were skipped)
+  std::int64_t backoffs = 0;
+  std::int64_t growths = 0;
+  double final_scale = 0;
+  double min_scale = 0;
+};
+
+struct WhatIfResult {
+  std::vector<WhatIfRow> rows;
+  WhatIfCounts recorded;
+  WhatIfCounts whatif;
+  /// Rows where the same found_inf is a guess: the what-if scale is above the recorded one on a
+  /// clean iteration (it might have overflowed) or below it on an overflow (it might not have).
+  std::int64_t uncertain = 0;
+};
+
+/// Drives a fresh keeper with `settings` through the trace's iterations as an asynchronous trainer
+/// would (UpdateScale{k}, then ScaleRequest{k+1}, then iteration k's unscale reports, so the lagged
+/// policy answers one iteration late), with each iteration's recorded found_inf per optimizer and
+/// the recorded setters, loads and new_scale updates at their iterations. The unscale reports
+/// carry the scale the what-if keeper gave that iteration.
+WhatIfResult what_if(const Trace& trace, const TraceHeader& settings);
+
+/// The rows as CSV, with a header line.
+std::string what_if_csv(const WhatIfResult& r);
+
+}  // namespace ampactor
