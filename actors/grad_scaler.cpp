@@ -1,4 +1,5 @@
 #include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/actors/trace.h>
 #include <ampactor/grad_scaler.h>
 #include <ampactor/messages/registry.h>
 #include <ampactor/scaler/local_grad_scaler.h>
@@ -38,6 +39,8 @@ std::string call(const char* method) {
 struct GradScaler::Impl {
   GradScalerOptions opts;
   ScalePolicy policy;
+  std::string trace_path;
+  std::shared_ptr<TraceFile> trace;  // also held by the keeper while it records
   std::unique_ptr<OwnConfig> own_cfg;
   std::unique_ptr<caf::actor_system> own_sys;
   caf::actor_system* sys = nullptr;
@@ -66,8 +69,10 @@ struct GradScaler::Impl {
   iteration_t newest_result = -1;
   std::deque<IterationDone> unreported;  // failed iterations not yet rethrown
 
-  Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePolicy p) : opts(o), policy(p) {
+  Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePolicy p, const std::string& tp)
+      : opts(o), policy(p), trace_path(tp) {
     opts.validate();
+    if (!trace_path.empty()) trace = std::make_shared<TraceFile>(trace_path);
     if (!s) {
       own_cfg = std::make_unique<OwnConfig>();
       own_sys = std::make_unique<caf::actor_system>(*own_cfg);
@@ -77,7 +82,8 @@ struct GradScaler::Impl {
     self = std::make_unique<caf::scoped_actor>(*sys);
     OptimizerActorOptions oa;
     oa.cancel_epoch = cancel_epoch;
-    actors = spawn_scaler_actors(*sys, opts, policy, oa);
+    actors.keeper = spawn_scale_keeper(*sys, opts, policy, oa.detached, trace);
+    actors.optimizer = spawn_optimizer_actor(*sys, actors.keeper, opts, oa);
     // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
     // would wake it for nothing.
     caf::anon_send(actors.optimizer, subscribe_atom::value, caf::actor{*self}, false);
@@ -98,6 +104,12 @@ struct GradScaler::Impl {
                 << d.k << "): " << d.error_text << "\n";
     caf::anon_send_exit(actors.optimizer, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(actors.keeper, caf::exit_reason::user_shutdown);
+    if (trace) {
+      // The keeper records until it exits: wait, so the file is complete when we return.
+      (*self)->wait_for(actors.keeper);
+      if (!trace->close())
+        std::cerr << "ampactor: writing the trace " << trace_path << " failed; it is incomplete\n";
+    }
     self.reset();
     actors = ScalerActors{};  // a detached actor's thread ends once no handle refers to it
     own_sys.reset();          // joins the optimizer thread and the workers
@@ -264,16 +276,18 @@ struct GradScaler::Impl {
   }
 };
 
-GradScaler::GradScaler(const GradScalerOptions& opts, ScalePolicy policy)
-    : impl_(std::make_unique<Impl>(nullptr, opts, policy)) {}
+GradScaler::GradScaler(const GradScalerOptions& opts, ScalePolicy policy,
+                       const std::string& trace_path)
+    : impl_(std::make_unique<Impl>(nullptr, opts, policy, trace_path)) {}
 
 GradScaler::GradScaler(double init_scale, double growth_factor, double backoff_factor,
                        std::int64_t growth_interval, bool enabled)
     : GradScaler(
           GradScalerOptions{init_scale, growth_factor, backoff_factor, growth_interval, enabled}) {}
 
-GradScaler::GradScaler(caf::actor_system& sys, const GradScalerOptions& opts, ScalePolicy policy)
-    : impl_(std::make_unique<Impl>(&sys, opts, policy)) {}
+GradScaler::GradScaler(caf::actor_system& sys, const GradScalerOptions& opts, ScalePolicy policy,
+                       const std::string& trace_path)
+    : impl_(std::make_unique<Impl>(&sys, opts, policy, trace_path)) {}
 
 GradScaler::~GradScaler() = default;
 
@@ -514,6 +528,9 @@ ScalePolicy GradScaler::policy() const {
 }
 const GradScalerOptions& GradScaler::options() const {
   return impl_->opts;
+}
+const std::string& GradScaler::trace_path() const {
+  return impl_->trace_path;
 }
 const ScalerActors& GradScaler::actors() const {
   return impl_->actors;

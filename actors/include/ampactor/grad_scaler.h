@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <ampactor/messages/messages.h>
@@ -46,14 +47,19 @@ class GradScaler {
   using LossClosure = std::function<at::Tensor()>;
 
   /// Owns a small actor system of its own.
-  explicit GradScaler(const GradScalerOptions& opts = {}, ScalePolicy policy = ScalePolicy::exact);
+  /// trace_path: when not empty, every message to and from the scale keeper is recorded there as
+  /// a trace (JSON Lines, README "Traces"; replay with ampactor-replay). The file is created (or
+  /// truncated) here, std::runtime_error if it cannot be, and complete once the scaler is
+  /// destroyed.
+  explicit GradScaler(const GradScalerOptions& opts = {}, ScalePolicy policy = ScalePolicy::exact,
+                      const std::string& trace_path = {});
   /// torch's positional constructor.
   GradScaler(double init_scale, double growth_factor = 2.0, double backoff_factor = 0.5,
              std::int64_t growth_interval = 2000, bool enabled = true);
   /// Lives in the caller's actor system (which must outlive the scaler). Call
   /// register_messages(cfg) on its config for readable errors.
   GradScaler(caf::actor_system& sys, const GradScalerOptions& opts = {},
-             ScalePolicy policy = ScalePolicy::exact);
+             ScalePolicy policy = ScalePolicy::exact, const std::string& trace_path = {});
   /// Waits for queued step jobs (or drops them after cancel()) and stops the actors. An error
   /// no call has reported yet is written to stderr, never lost in silence.
   ~GradScaler();
@@ -121,6 +127,8 @@ class GradScaler {
   std::optional<bool> found_inf(const torch::optim::Optimizer& optimizer);
   ScalePolicy policy() const;
   const GradScalerOptions& options() const;
+  /// Where the keeper's trace goes; empty when not recording.
+  const std::string& trace_path() const;
   /// The actors behind the scaler, for a trainer of one's own.
   const ScalerActors& actors() const;
 
