@@ -60,11 +60,12 @@ at::Tensor flat_storage(const at::Tensor& t) {
 }
 
 /// A fresh copy of t's whole storage and the same view on it.
-at::Tensor deep_copy(const at::Tensor& t) {
+[[maybe_unused]] at::Tensor deep_copy(const at::Tensor& t) {
   return flat_storage(t).clone().as_strided(t.sizes(), t.strides(), t.storage_offset());
 }
 
-std::vector<at::Tensor> make_list(at::ScalarType dtype, Layout l, Poison p, std::uint64_t seed) {
+[[maybe_unused]] std::vector<at::Tensor> make_list(at::ScalarType dtype, Layout l, Poison p,
+                                                   std::uint64_t seed) {
   const std::int64_t shapes[][2] = {{3, 5}, {1, 1}, {17, 9}, {129, 33}, {613, 541}, {2, 7}};
   std::vector<at::Tensor> out;
   for (auto& s : shapes)
@@ -74,7 +75,7 @@ std::vector<at::Tensor> make_list(at::ScalarType dtype, Layout l, Poison p, std:
   return out;
 }
 
-float expected_flag(Poison p) {
+[[maybe_unused]] float expected_flag(Poison p) {
   return p == Poison::none ? 0.0f : 1.0f;
 }
 
@@ -131,6 +132,12 @@ TEST_CASE("update_scale refuses bad input and changes nothing") {
     CHECK(tracker.item<std::int32_t>() == 2);
   }
 }
+
+#ifndef AMPACTOR_CUDA_BUILT
+TEST_CASE("CUDA kernels are not in a build without CUDA") {
+  SKIP_WITHOUT_GPU();
+}
+#endif
 
 #ifdef AMPACTOR_CUDA_BUILT
 namespace {
