@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -145,6 +147,89 @@ struct Writer {
     Writer w{sub};
     fields(w, v);
     j[name] = std::move(sub);
+  }
+};
+
+/// The event writer of the recording path: appends JSON straight into a string, with nlohmann's
+/// own number formatting (shortest round-trip text, ".0" on whole floats), so a line reads as a
+/// json dump would, without building a json object per event (that cost ~3 us an event).
+struct FastWriter {
+  std::string& s;
+  bool first = true;
+
+  void key(const char* name) {
+    s += first ? "\"" : ",\"";
+    first = false;
+    s += name;
+    s += "\":";
+  }
+  template <class Int>
+  void integer(Int v) {
+    char buf[24];
+    s.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+  }
+  void real(double v) {
+    if (std::isnan(v)) {
+      s += "\"nan\"";
+    } else if (std::isinf(v)) {
+      s += v > 0 ? "\"inf\"" : "\"-inf\"";
+    } else {
+      char buf[64];
+      s.append(buf, nlohmann::detail::to_chars(buf, buf + sizeof buf, v));
+    }
+  }
+  void string(const std::string& v) {
+    s += '"';
+    for (const char c : v) {
+      switch (c) {
+        case '"':
+          s += "\\\"";
+          break;
+        case '\\':
+          s += "\\\\";
+          break;
+        case '\n':
+          s += "\\n";
+          break;
+        case '\r':
+          s += "\\r";
+          break;
+        case '\t':
+          s += "\\t";
+          break;
+        case '\b':
+          s += "\\b";
+          break;
+        case '\f':
+          s += "\\f";
+          break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
+            s += buf;
+          } else {
+            s += c;
+          }
+      }
+    }
+    s += '"';
+  }
+  void operator()(const char* name, bool v) { key(name), s += v ? "true" : "false"; }
+  void operator()(const char* name, float v) { key(name), real(v); }
+  void operator()(const char* name, double v) { key(name), real(v); }
+  void operator()(const char* name, std::int32_t v) { key(name), integer(v); }
+  void operator()(const char* name, std::int64_t v) { key(name), integer(v); }
+  void operator()(const char* name, std::uint64_t v) { key(name), integer(v); }
+  void operator()(const char* name, Param v) { key(name), string(param_name(v)); }
+  void operator()(const char* name, errc v) { key(name), string(to_string(v)); }
+  void operator()(const char* name, const std::string& v) { key(name), string(v); }
+  void operator()(const char* name, StateDictMsg v) {
+    key(name);
+    s += '{';
+    FastWriter sub{s};
+    fields(sub, v);
+    s += '}';
   }
 };
 
@@ -394,17 +479,26 @@ std::string to_json_line(const TraceHeader& h) {
   return j.dump();
 }
 
+namespace {
+void append_event(std::string& out, const TraceEvent& e) {
+  FastWriter w{out};
+  w("seq", e.seq);
+  w("k", e.k);
+  w("from", e.from);
+  w("to", e.to);
+  w("type", std::string(trace_type_name(e.msg)));
+  w.key("msg");
+  out += '{';
+  FastWriter m{out};
+  std::visit([&](auto x) { fields(m, x); }, e.msg);
+  out += "}}";
+}
+}  // namespace
+
 std::string to_json_line(const TraceEvent& e) {
-  ojson msg = ojson::object();
-  Writer w{msg};
-  std::visit([&](auto x) { fields(w, x); }, e.msg);
-  ojson j = {{"seq", e.seq},
-             {"k", e.k},
-             {"from", e.from},
-             {"to", e.to},
-             {"type", trace_type_name(e.msg)},
-             {"msg", std::move(msg)}};
-  return j.dump();
+  std::string out = "{";
+  append_event(out, e);
+  return out;
 }
 
 // ---- TraceFile ----
@@ -428,7 +522,13 @@ void TraceFile::header(const TraceHeader& h) {
   write(to_json_line(h));
 }
 void TraceFile::event(const TraceEvent& e) {
-  write(to_json_line(e));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ok_ || !out_.is_open()) return;
+  line_.assign(1, '{');  // reused: no allocation per event once it has grown
+  append_event(line_, e);
+  line_ += '\n';
+  out_.write(line_.data(), std::streamsize(line_.size()));
+  if (!out_) ok_ = false;
 }
 
 bool TraceFile::close() {

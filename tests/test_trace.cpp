@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <set>
 #include <sstream>
 
 #include "golden_traces.h"
@@ -230,6 +232,48 @@ TEST_CASE("every message type writes and reads back exactly") {
   CHECK(std::get<StateDictMsg>(t.events[11].msg).scale == 1e-300);
   CHECK(std::get<TraceErrorReply>(t.events[13].msg).what == "quote \" and\nnewline");
   CHECK(t.lines.back() == msgs.size() + 1);
+}
+
+TEST_CASE("numbers and texts read back bit for bit") {
+  std::mt19937_64 rng(7);
+  std::string text = to_json_line(TraceHeader{}) + "\n";
+  std::vector<double> values;
+  std::vector<std::string> texts;
+  for (int i = 0; i < 2000; ++i) {
+    double v;
+    const std::uint64_t bits = rng();
+    std::memcpy(&v, &bits, sizeof v);
+    if (i % 2) v = double(float(std::ldexp(double(rng() % 100000), int(rng() % 80) - 40)));
+    values.push_back(v);
+    std::string t = "x";
+    for (int j = 0; j < 6; ++j)
+      t += char(rng() % 128);
+    t += "\xc3\xa9";  // UTF-8 passes through
+    texts.push_back(t);
+    TraceEvent e;
+    e.seq = std::uint64_t(2 * i);
+    e.k = 1;
+    e.from = "trainer1";
+    e.to = trace_keeper;
+    e.msg = UpdateScale{1, 0, true, v};
+    text += to_json_line(e) + "\n";
+    e.seq += 1;
+    e.from = trace_keeper;
+    e.to = "trainer1";
+    e.msg = TraceErrorReply{errc::bad_state_dict, t};
+    text += to_json_line(e) + "\n";
+  }
+  std::istringstream in(text);
+  const Trace t = parse_trace(in);
+  REQUIRE(t.events.size() == 2 * values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double got = std::get<UpdateScale>(t.events[2 * i].msg).new_scale;
+    if (std::isnan(values[i]))
+      CHECK(std::isnan(got));
+    else
+      CHECK(got == values[i]);
+    CHECK(std::get<TraceErrorReply>(t.events[2 * i + 1].msg).what == texts[i]);
+  }
 }
 
 TEST_CASE("the golden traces replay identically and cover overflows, optimizers and setters") {

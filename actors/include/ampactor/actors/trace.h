@@ -93,6 +93,7 @@ class TraceFile final : public TraceSink {
   mutable std::mutex mu_;
   std::string path_;
   std::ofstream out_;
+  std::string line_;
   bool ok_ = true;
 };
 
