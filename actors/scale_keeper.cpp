@@ -174,9 +174,10 @@ void apply_update(keeper_ptr self, const UpdateScale& u) {
   st.applied_through = std::max(st.applied_through, u.k);
   out.scale = st.state.scale();
   out.growth_tracker = st.state.growth_tracker();
-  trace_out(st, u.k, trace_subscribers, out);  // recorded with or without subscribers
   for (auto& s : st.subscribers)
     caf::anon_send(s, out);
+  // Recorded with or without subscribers, after they are told (off the trainer's critical path).
+  trace_out(st, u.k, trace_subscribers, out);
 }
 
 caf::error apply_set(keeper_state& st, const SetParam& s) {
@@ -210,11 +211,11 @@ void drain(keeper_ptr self) {
       if (u->k > st.applied_through) apply_update(self, *u);  // an update is never applied twice
     } else if (auto* r = std::get_if<QueuedScaleRequest>(&head)) {
       const ScaleReply out{r->req.k, st.state.scale()};
-      trace_out(st, r->req.k, r->to, out);
       r->rp.deliver(out);
+      trace_out(st, r->req.k, r->to, out);
     } else if (auto* g = std::get_if<QueuedGet>(&head)) {
-      trace_out(st, g->req.k, g->to, params(st));
       g->rp.deliver(params(st));
+      trace_out(st, g->req.k, g->to, params(st));
     } else if (auto* s = std::get_if<QueuedSet>(&head)) {
       if (auto err = apply_set(st, s->req)) {
         trace_error(st, s->req.k, s->to, err);

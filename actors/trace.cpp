@@ -502,7 +502,10 @@ std::string to_json_line(const TraceEvent& e) {
 }
 
 // ---- TraceFile ----
-TraceFile::TraceFile(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+TraceFile::TraceFile(const std::string& path) : path_(path), buf_(1 << 20) {
+  // A large buffer: one write(2) per ~2000 iterations instead of one per ~16.
+  out_.rdbuf()->pubsetbuf(buf_.data(), std::streamsize(buf_.size()));
+  out_.open(path, std::ios::trunc);
   if (!out_)
     throw std::runtime_error("cannot open trace file " + path + ": " + std::strerror(errno));
 }

@@ -92,6 +92,7 @@ class TraceFile final : public TraceSink {
   void write(const std::string& line);
   mutable std::mutex mu_;
   std::string path_;
+  std::vector<char> buf_;  // the stream's buffer: declared before it, destroyed after it
   std::ofstream out_;
   std::string line_;
   bool ok_ = true;
