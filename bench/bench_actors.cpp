@@ -4,7 +4,9 @@
 // the same tiny workload, and the keeper's message throughput. Not a test: it reports figures and
 // goals and never fails on them; it fails only when a measurement could not be trusted (an error
 // reply, or a keeper that did not apply every update it was sent).
+#include <ampactor/actors/replay.h>
 #include <ampactor/actors/scale_keeper.h>
+#include <ampactor/actors/trace.h>
 #include <ampactor/grad_scaler.h>
 #include <ampactor/messages/messages.h>
 #include <ampactor/messages/registry.h>
@@ -29,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -39,6 +42,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 using namespace ampactor;
 using Clock = std::chrono::steady_clock;
@@ -531,6 +536,137 @@ json bench_throughput(const GradScalerOptions& opts, int n, int reps) {
           {"applied_through_checked", true}};
 }
 
+// ---------------------------------------------------------------------------------------------
+// 4. Trace recording: on vs off, side by side
+
+json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settle_ms, int n,
+                 int reps) {
+  namespace fs = std::filesystem;
+  std::cout << "\n[4. trace recording (JSON Lines to a file), on vs off: the keeper's time for "
+            << n << " x (UnscaleDone + UpdateScale), " << reps
+            << " repetitions; and the GradScaler "
+            << "loops, " << rounds << " rounds x " << iters << " iterations, interleaved]\n";
+  const fs::path dir =
+      fs::temp_directory_path() / ("ampactor-bench-trace-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  json out = json::object();
+
+  // (a) The keeper alone: each iteration records 3 events (2 inputs and UpdateApplied).
+  BenchConfig cfg;
+  caf::actor_system sys{cfg};
+  std::vector<double> off_us, on_us;
+  std::uintmax_t bytes = 0;
+  {
+    caf::scoped_actor self{sys};
+    for (int rep = 0; rep < reps; ++rep) {
+      for (bool on : {false, true}) {
+        const fs::path file = dir / "blast.jsonl";
+        std::shared_ptr<TraceFile> sink;
+        if (on) sink = std::make_shared<TraceFile>(file.string());
+        auto keeper = spawn_scale_keeper(sys, opts, ScalePolicy::exact, true, sink);
+        const float scale = ask_scale(self, keeper, 0);
+        const auto t0 = Clock::now();
+        for (iteration_t k = 0; k < n; ++k) {
+          caf::anon_send(keeper, UnscaleDone{k, 1, false, scale});
+          caf::anon_send(keeper, UpdateScale{k, 1, false, 0});
+        }
+        ScaleParams p;
+        self->request(keeper, caf::infinite, GetParams{n, true})
+            .receive([&](const ScaleParams& r) { p = r; }, [&](caf::error&) {});
+        const double us = us_since(t0) / n;
+        if (p.applied_through != n - 1)
+          throw std::runtime_error("trace bench: the keeper applied updates through " +
+                                   std::to_string(p.applied_through));
+        caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
+        self->wait_for(keeper);
+        if (sink) {
+          if (!sink->close()) throw std::runtime_error("trace bench: writing the trace failed");
+          bytes = fs::file_size(file);
+          fs::remove(file);
+        }
+        (on ? on_us : off_us).push_back(us);
+      }
+      std::cout << "  rep " << rep + 1 << ": keeper " << fixed(off_us.back(), 3)
+                << " us/iteration off, " << fixed(on_us.back(), 3) << " on\n";
+    }
+  }
+  const double keeper_off = median_of(off_us), keeper_on = median_of(on_us);
+  std::cout << "  keeper median: " << fixed(keeper_off, 3) << " us/iteration off, "
+            << fixed(keeper_on, 3) << " on (+" << fixed(keeper_on - keeper_off, 3) << " us, "
+            << fixed(double(bytes) / n, 0) << " bytes/iteration)\n";
+  out["keeper"] = {{"iterations", n},
+                   {"events_per_iteration", 3},
+                   {"off_us_per_iteration", keeper_off},
+                   {"on_us_per_iteration", keeper_on},
+                   {"recording_us_per_iteration", keeper_on - keeper_off},
+                   {"bytes_per_iteration", double(bytes) / n},
+                   {"reps_off_us", off_us},
+                   {"reps_on_us", on_us}};
+
+  // (b) The GradScaler loops of section 2, trace off and on, interleaved.
+  const std::vector<at::Tensor> init{at::randn({256}), at::randn({16, 16})};
+  const std::vector<at::Tensor> grads{at::randn({256}) * 1000, at::randn({16, 16}) * 1000};
+  const at::Tensor one = at::ones({1});
+  const std::string step_trace = (dir / "step.jsonl").string();
+  const std::string submit_trace = (dir / "submit.jsonl").string();
+  struct Loop {
+    std::string key;
+    std::function<void(int)> run;
+    std::vector<double> us;
+  };
+  {
+    Tiny m_step_off(init, grads), m_step_on(init, grads), m_sub_off(init, grads),
+        m_sub_on(init, grads);
+    GradScaler step_off(opts), step_on(opts, ScalePolicy::exact, step_trace);
+    GradScaler sub_off(opts), sub_on(opts, ScalePolicy::exact, submit_trace);
+    NoMarks none;
+    std::vector<Loop> loops;
+    loops.push_back(
+        {"step_off", [&](int k) { step_loop(step_off, m_step_off, one, k, none); }, {}});
+    loops.push_back({"step_on", [&](int k) { step_loop(step_on, m_step_on, one, k, none); }, {}});
+    loops.push_back(
+        {"submit_off", [&](int k) { submit_loop(sub_off, m_sub_off, one, k, none); }, {}});
+    loops.push_back({"submit_on", [&](int k) { submit_loop(sub_on, m_sub_on, one, k, none); }, {}});
+    for (auto& l : loops)
+      l.run(std::max(1, iters / 5));
+    for (int r = 0; r < rounds; ++r) {
+      for (std::size_t j = 0; j < loops.size(); ++j) {
+        Loop& l = loops[(j + std::size_t(r)) % loops.size()];
+        settle(settle_ms);
+        const auto t0 = Clock::now();
+        l.run(iters);
+        l.us.push_back(us_since(t0) / iters);
+      }
+    }
+    for (auto& l : loops)
+      out[l.key + "_us_per_iteration"] = median_of(l.us);
+    for (const char* v : {"step", "submit"}) {
+      const double off = out[std::string(v) + "_off_us_per_iteration"];
+      const double on = out[std::string(v) + "_on_us_per_iteration"];
+      std::cout << "  GradScaler " << std::left << std::setw(8) << v << std::right << fixed(off)
+                << " us/iteration off, " << fixed(on) << " on (" << (on >= off ? "+" : "")
+                << fixed(on - off) << " us)\n";
+      out[std::string(v) + "_recording_us_per_iteration"] = on - off;
+    }
+  }
+  // The recorded run must replay bit for bit, or the figures measured a broken recorder.
+  const auto t0 = Clock::now();
+  const Trace t = read_trace(step_trace);
+  const ReplayResult rr = replay_trace(t);
+  if (!rr.identical)
+    throw std::runtime_error("trace bench: the recorded run did not replay (line " +
+                             std::to_string(rr.line) + ")");
+  const double replay_ms = us_since(t0) / 1000;
+  std::cout << "  the step() trace (" << t.events.size() << " events) read and replayed "
+            << "identically in " << fixed(replay_ms, 0) << " ms\n";
+  out["replay"] = {{"events", t.events.size()}, {"read_and_replay_ms", replay_ms}};
+  out["rounds"] = rounds;
+  out["iterations_per_round"] = iters;
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -615,6 +751,7 @@ int main(int argc, char** argv) {
     res["latency"] = bench_latency(opts, requests, blocks, warmup_s, spaced, gap_us, keeper);
     res["overhead"] = bench_overhead(opts, rounds, iters, settle_ms, overhead);
     res["throughput"] = bench_throughput(opts, messages, reps);
+    res["trace"] = bench_trace(opts, rounds, iters, settle_ms, std::min(messages, 50000), reps);
 
     const auto& o = res["overhead"];
     const double rate = res["throughput"]["messages_per_second"];
@@ -668,6 +805,14 @@ int main(int argc, char** argv) {
          over("actor_submit_lagged"));
     line("keeper throughput", fixed(rate / 1e6, 2) + " M messages/s",
          fixed(rate / 2e6, 2) + " M updates/s");
+    const auto& tr = res["trace"];
+    line("trace recording, keeper per iteration",
+         "+" + fixed(tr["keeper"]["recording_us_per_iteration"].get<double>(), 3) + " us",
+         fixed(tr["keeper"]["bytes_per_iteration"].get<double>(), 0) + " bytes/iteration");
+    line("trace recording, GradScaler step() per iteration",
+         fixed(tr["step_recording_us_per_iteration"].get<double>()) + " us", "");
+    line("trace recording, GradScaler submit() per iteration",
+         fixed(tr["submit_recording_us_per_iteration"].get<double>()) + " us", "");
   } catch (const std::exception& e) {
     std::cerr << "ampactor-bench-actors: " << e.what() << "\n";
     return 1;
