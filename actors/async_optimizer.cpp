@@ -2,12 +2,16 @@
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
 
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace ampactor {
 
@@ -19,6 +23,9 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
                                 std::to_string(options_.staleness));
   if (options_.optim_dtype != at::kFloat && options_.optim_dtype != at::kDouble)
     throw std::invalid_argument("AsyncOptimizer: optim_dtype must be float or double");
+  if (options_.optimizer_threads < 0)
+    throw std::invalid_argument("AsyncOptimizer: optimizer_threads must be >= 0, got " +
+                                std::to_string(options_.optimizer_threads));
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i) {
     const at::Tensor& p = model_[i];
@@ -30,6 +37,16 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
                                /*copy=*/true)
                            .set_requires_grad(true));
   }
+  if (const int n = options_.optimizer_threads; n > 0)
+    scaler_.run_on_optimizer([n] {
+      // LibTorch sets each thread's team size lazily from a process-wide value on first use;
+      // trigger that first, then set this thread's alone (at::set_num_threads would change the
+      // process-wide value too, and with it any thread that has not yet used LibTorch).
+      at::get_num_threads();
+#ifdef _OPENMP
+      omp_set_num_threads(n);
+#endif
+    });
 }
 
 AsyncOptimizer::~AsyncOptimizer() {

@@ -56,9 +56,11 @@ struct GradScaler::Impl {
   std::int32_t known_unscales = 0;  // UnscaleDone{k} sent by jobs the main thread waited for
   bool async_in_k = false;          // submit() in iteration k: the optimizer counts unscales
 
-  // The exact policy's scale for iteration k is the keeper's scale once update k-1 is applied:
-  // the keeper pushes it (UpdateApplied), so scale() costs no round trip of its own. After a
-  // load_state_dict the pushed value is stale until the next update: ask instead.
+  // The exact policy's scale for iteration k is the keeper's scale once update k-1 is applied;
+  // the lagged policy's is the newest applied one. The keeper pushes each (UpdateApplied), so
+  // scale() costs no round trip of its own: a blocking request wakes the keeper's thread, which
+  // on a machine whose cores the trainer and the optimizer keep busy waits for a time slice
+  // (milliseconds). After a load_state_dict the pushed value is stale until the next update: ask.
   std::optional<UpdateApplied> applied;
   bool ask_for_scale = true;
   // A CloseIteration that needs no answer rides along with the next message to the optimizer
@@ -87,8 +89,7 @@ struct GradScaler::Impl {
     // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
     // would wake it for nothing.
     caf::anon_send(actors.optimizer, subscribe_atom::value, caf::actor{*self}, false);
-    if (policy == ScalePolicy::exact)
-      caf::anon_send(actors.keeper, subscribe_atom::value, caf::actor{*self});
+    caf::anon_send(actors.keeper, subscribe_atom::value, caf::actor{*self});
   }
 
   ~Impl() {
@@ -162,6 +163,10 @@ struct GradScaler::Impl {
       while (!applied || applied->k < k - 1)
         receive_one();
       scale_k = applied->scale;
+    }
+    if (!scale_k && !ask_for_scale && policy == ScalePolicy::lagged) {
+      drain();
+      if (applied) scale_k = applied->scale;
     }
     if (!scale_k) {
       caf::error err;

@@ -72,6 +72,26 @@ std::pair<at::Tensor, at::Tensor> Corpus::batch(std::mt19937_64& rng, std::int64
 }
 
 namespace {
+BoundaryProbe* active_probe = nullptr;  // the demo's backward runs on the main thread only
+}  // namespace
+
+BoundaryProbe::BoundaryProbe() {
+  if (active_probe) throw std::logic_error("one BoundaryProbe at a time");
+  active_probe = this;
+}
+BoundaryProbe::~BoundaryProbe() {
+  active_probe = nullptr;
+}
+
+void BoundaryProbe::count(const at::Tensor& before, const at::Tensor& after) {
+  BoundaryProbe* p = active_probe;
+  if (!p) return;
+  at::Tensor nz = before != 0;
+  p->nonzero_ += double(nz.sum().item<std::int64_t>());
+  p->lost_ += double((nz & (after == 0)).sum().item<std::int64_t>());
+}
+
+namespace {
 
 /// Rounds through Half in the forward pass and rounds the gradient through Half in the backward
 /// pass: an fp16 layer boundary.
@@ -81,7 +101,9 @@ struct HalfRound : torch::autograd::Function<HalfRound> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list g) {
-    return {g[0].to(at::kHalf).to(at::kFloat)};
+    at::Tensor r = g[0].to(at::kHalf).to(at::kFloat);
+    BoundaryProbe::count(g[0], r);
+    return {r};
   }
 };
 

@@ -59,6 +59,23 @@ class CharMlp {
   std::vector<at::Tensor> params_;  // E, W1, b1, W2, b2
 };
 
+/// Counts, at every fp16 layer boundary of the backward pass, the gradient elements that are
+/// non-zero before rounding to Half and zero after it: activation gradients lost to underflow.
+/// Off unless a probe is alive; one at a time.
+class BoundaryProbe {
+ public:
+  BoundaryProbe();
+  ~BoundaryProbe();
+  BoundaryProbe(const BoundaryProbe&) = delete;
+  BoundaryProbe& operator=(const BoundaryProbe&) = delete;
+  double nonzero() const { return nonzero_; }
+  double lost() const { return lost_; }
+  static void count(const at::Tensor& before, const at::Tensor& after);
+
+ private:
+  double nonzero_ = 0, lost_ = 0;
+};
+
 /// Of the gradient elements that are non-zero in exact fp32 math, the share that are zero in
 /// `grads` (the model's fp16 gradients after backward): what fp16 lost to underflow.
 double underflow_fraction(const std::vector<at::Tensor>& grads,

@@ -4,6 +4,7 @@
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/optim/adam.h>
@@ -19,6 +20,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -37,8 +39,9 @@ struct Settings {
   std::int64_t batch = 4096;
   double lr = 3e-3;
   std::uint64_t seed = 1;
-  std::vector<int> overflow_at = {150};
+  std::vector<int> overflow_at;  // default: the middle iteration
   int growth_interval = 100;
+  double workers = 64;
   int probe_every = 25;
   int threads = 0;
   std::string out = "out/demo";
@@ -53,7 +56,8 @@ struct Summary {
   int skipped = 0;
   int backoffs = 0;
   double final_scale = 0;
-  double underflow = -1;  // share of fp32-non-zero gradient elements that fp16 zeroed
+  double underflow = -1;      // share of fp32-non-zero weight-gradient elements that fp16 zeroed
+  double act_underflow = -1;  // the same at the fp16 activation boundaries of backward
   double wall_s = 0;
 };
 
@@ -63,6 +67,15 @@ struct Row {
   bool skipped;
   double ms;
 };
+
+/// Adam's second moments of gradients this small reach fp32's denormal range, where x86
+/// arithmetic is 5-10x slower. Flushing them changes nothing fp16 could represent (its smallest
+/// value is 6e-8). The mode is per thread: this thread and its OpenMP team.
+void flush_denormals() {
+  at::globalContext().setFlushDenormal(true);
+#pragma omp parallel num_threads(at::get_num_threads())
+  { at::globalContext().setFlushDenormal(true); }
+}
 
 double eval_loss(const std::vector<at::Tensor>& weights, const demo::ModelShape& shape,
                  const demo::Corpus& corpus, const Settings& s) {
@@ -126,14 +139,16 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
     opt = std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(s.lr));
   } else {
     scaler = std::make_unique<ampactor::GradScaler>(so, policy);
+    scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     pipe = std::make_unique<ampactor::AsyncOptimizer>(
-        model.parameters(), *scaler, ampactor::AsyncOptimizerOptions{async ? 1 : 0});
+        model.parameters(), *scaler,
+        ampactor::AsyncOptimizerOptions{async ? 1 : 0, at::kFloat, /*optimizer_threads=*/1});
     opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
                                                torch::optim::AdamOptions(s.lr));
   }
 
   std::vector<Row> rows;
-  double underflow_sum = 0;
+  double underflow_sum = 0, act_nonzero = 0, act_lost = 0;
   int probes = 0;
   const auto t0 = Clock::now();
   const int report = std::max(1, s.steps / 10);
@@ -145,13 +160,20 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
     const double loss_v = loss.item<double>();
     double scale = 1;
     if (fp32) {
-      loss.backward();
+      (loss / s.workers).backward();
       opt->step();
     } else {
-      at::Tensor l = inject.count(k) ? loss * 1e5 : loss;  // a scaled-up batch: overflow
-      scaler->scale(l).backward();
+      // A scaled-up batch at the chosen iterations: an overflow.
+      at::Tensor l = loss / s.workers * (inject.count(k) ? 1e5 * s.workers : 1.0);
+      const bool probe_now = s.probe_every > 0 && k % s.probe_every == 0 && !inject.count(k);
+      {
+        std::optional<demo::BoundaryProbe> probe;
+        if (probe_now) probe.emplace();
+        scaler->scale(l).backward();
+        if (probe) act_nonzero += probe->nonzero(), act_lost += probe->lost();
+      }
       scale = scaler->get_scale();
-      if (s.probe_every > 0 && k % s.probe_every == 0) {
+      if (probe_now) {
         std::vector<at::Tensor> g;
         for (auto& p : model.parameters())
           g.push_back(p.grad());
@@ -188,6 +210,7 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
     sum.train_loss += rows[i].loss / double(tail);
   sum.eval_loss = eval_loss(pipe ? pipe->optim_parameters() : model.parameters(), shape, corpus, s);
   sum.underflow = probes ? underflow_sum / probes : -1;
+  sum.act_underflow = act_nonzero > 0 ? act_lost / act_nonzero : -1;
   write_csv(s.out + "/" + mode + ".csv", rows);
   return sum;
 }
@@ -236,9 +259,16 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--lr", s.lr, "Adam learning rate")->check(CLI::PositiveNumber);
   app.add_option("--seed", s.seed, "seed for the weights and the batches");
-  app.add_option("--overflow-at", s.overflow_at,
-                 "iterations whose loss is scaled up 1e5x to force an overflow (scaled modes)")
+  app.add_option(
+         "--overflow-at", s.overflow_at,
+         "iterations whose loss is scaled up 1e5x to force an overflow (scaled modes; default: "
+         "the middle one)")
       ->delimiter(',');
+  app.add_option("--workers", s.workers,
+                 "the loss is normalised by the characters of this many data-parallel workers "
+                 "(sum over this batch / (workers x batch)), as in data-parallel training; 1: the "
+                 "plain mean")
+      ->check(CLI::Range(1.0, 1e6));
   app.add_option("--growth-interval", s.growth_interval, "the scaler's growth interval")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--probe-every", s.probe_every,
@@ -252,6 +282,7 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember(kModes));
   CLI11_PARSE(app, argc, argv);
+  if (app.count("--overflow-at") == 0) s.overflow_at = {s.steps / 2};
   for (int k : s.overflow_at)
     if (k < 0 || k >= s.steps) {
       std::cerr << "--overflow-at: iteration " << k << " is outside 0.." << s.steps - 1 << "\n";
@@ -259,6 +290,7 @@ int main(int argc, char** argv) {
     }
   try {
     std::filesystem::create_directories(s.out);
+    flush_denormals();
     at::set_num_threads(s.threads > 0 ? s.threads
                                       : int(std::max(1u, std::thread::hardware_concurrency())));
     demo::Corpus corpus(s.text_dir);
@@ -275,32 +307,40 @@ int main(int argc, char** argv) {
       runs.push_back(run(mode, corpus, shape, s));
     }
     std::ofstream sum(s.out + "/summary.csv");
-    sum << "mode,train_loss,eval_loss,skipped,backoffs,final_scale,underflow,wall_s,it_per_s\n";
+    sum << "mode,train_loss,eval_loss,skipped,backoffs,final_scale,weight_grad_underflow,"
+           "activation_grad_underflow,wall_s,it_per_s\n";
+    auto pct = [](double v) {
+      std::ostringstream o;
+      if (v >= 0)
+        o << std::fixed << std::setprecision(2) << 100 * v << "%";
+      else
+        o << "-";
+      return o.str();
+    };
     std::cout << "\n"
               << std::left << std::setw(19) << "mode" << std::right << std::setw(11) << "train loss"
               << std::setw(10) << "eval loss" << std::setw(9) << "skipped" << std::setw(10)
-              << "backoffs" << std::setw(13) << "final scale" << std::setw(11) << "underflow"
-              << std::setw(9) << "wall s" << std::setw(8) << "it/s"
+              << "backoffs" << std::setw(13) << "final scale" << std::setw(10) << "w-grad uf"
+              << std::setw(10) << "act uf" << std::setw(9) << "wall s" << std::setw(8) << "it/s"
               << "\n";
     for (const auto& r : runs) {
       const double ips = s.steps / r.wall_s;
-      std::ostringstream uf;
-      if (r.underflow >= 0)
-        uf << std::fixed << std::setprecision(2) << 100 * r.underflow << "%";
-      else
-        uf << "-";
       std::cout << std::left << std::setw(19) << r.mode << std::right << std::fixed
                 << std::setprecision(4) << std::setw(11) << r.train_loss << std::setw(10)
                 << r.eval_loss << std::setw(9) << r.skipped << std::setw(10) << r.backoffs
                 << std::setw(13) << std::defaultfloat << (r.final_scale > 0 ? r.final_scale : 1)
-                << std::setw(11) << uf.str() << std::fixed << std::setprecision(1) << std::setw(9)
-                << r.wall_s << std::setw(8) << ips << "\n";
+                << std::setw(10) << pct(r.underflow) << std::setw(10) << pct(r.act_underflow)
+                << std::fixed << std::setprecision(1) << std::setw(9) << r.wall_s << std::setw(8)
+                << ips << "\n";
       sum << r.mode << ',' << r.train_loss << ',' << r.eval_loss << ',' << r.skipped << ','
-          << r.backoffs << ',' << r.final_scale << ',' << r.underflow << ',' << r.wall_s << ','
-          << ips << '\n';
+          << r.backoffs << ',' << r.final_scale << ',' << r.underflow << ',' << r.act_underflow
+          << ',' << r.wall_s << ',' << ips << '\n';
     }
-    std::cout << "\nunderflow: share of gradient elements that are non-zero in fp32 math but zero "
-                 "in the fp16 model gradients (measured every "
+    std::cout << "\nw-grad uf: share of weight-gradient elements that are non-zero in fp32 math "
+                 "but zero in the fp16 model's gradients\n"
+                 "act uf:    share of activation-gradient elements that are non-zero before and "
+                 "zero after rounding to fp16 at the layer boundaries of backward\n"
+                 "(both measured every "
               << s.probe_every << " iterations)\n"
               << "CSVs and summary: " << s.out << "/\n";
     plot(s, runs);

@@ -7,6 +7,7 @@
 #include <ampactor/grad_scaler.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mean.h>
@@ -186,4 +187,20 @@ TEST_CASE("pipeline misuse: fn may not unscale, bad options are refused") {
   }
   CHECK(what.find("may not unscale") != std::string::npos);
   CHECK(scaler.get_scale() == 256.0);  // the grad move's clean unscale still made update 0
+}
+
+TEST_CASE("optimizer_threads sets the optimizer thread's team size and no other") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  CHECK_THROWS_AS(AsyncOptimizer(model.p, scaler, AsyncOptimizerOptions{1, at::kFloat, -1}),
+                  std::invalid_argument);
+  const int main_threads = at::get_num_threads();
+  int before = 0, after = 0;
+  scaler.run_on_optimizer([&] { before = at::get_num_threads(); });
+  AsyncOptimizer pipe(model.p, scaler, AsyncOptimizerOptions{1, at::kFloat, 1});
+  scaler.run_on_optimizer([&] { after = at::get_num_threads(); });
+  CHECK(after == 1);
+  CHECK(at::get_num_threads() == main_threads);
+  // A machine of one core cannot tell the two apart; elsewhere the default used every core.
+  if (before > 1) CHECK(after < before);
 }

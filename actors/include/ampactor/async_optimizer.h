@@ -28,6 +28,11 @@ struct AsyncOptimizerOptions {
   int staleness = 1;
   /// The masters' dtype (the optimizer's precision).
   at::ScalarType optim_dtype = at::kFloat;
+  /// LibTorch intra-op threads for the optimizer thread's own work (0: LibTorch's default).
+  /// Its OpenMP team is separate from the trainer's, so by default each side starts one thread
+  /// per core and, overlapped, they fight for the cores: 1 is usually right when the trainer
+  /// uses the other cores.
+  int optimizer_threads = 0;
 };
 
 class AsyncOptimizer {

@@ -1,0 +1,294 @@
+// ampactor-bench-overlap: what the asynchronous optimizer buys. The same training workload (an
+// MLP, Adam over fp32 masters, the exact policy) runs with the pipeline synchronous (staleness 0)
+// and asynchronous (staleness 1), side by side in one run, with the batch chosen so that the
+// optimizer step costs about as much as forward+backward. It also measures how long the main
+// thread waits in scale() (the ScaleRequest of the exact policy) as a share of iteration time.
+// One LibTorch thread on each side: the trainer's and the optimizer's, one core each.
+// Not a test: it reports figures and goals and never fails on them.
+#include <ampactor/async_optimizer.h>
+#include <ampactor/grad_scaler.h>
+#include <ampactor/scaler/local_grad_scaler.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/mse_loss.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/zeros.h>
+#include <torch/optim/adam.h>
+#include <torch/version.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using namespace ampactor;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kRatioGoal = 0.65;      // async / sync iteration time
+constexpr double kWaitGoalShare = 0.02;  // time in scale() / iteration time, exact policy
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// x[B, D] -> Linear(D, H) -> tanh -> Linear(H, D), mean squared error against y: few FLOPs per
+/// parameter at a small batch, so Adam's passes over the parameters cost as much as the matmuls.
+struct Workload {
+  std::int64_t dim, hidden, batch;
+  std::vector<at::Tensor> init;  // the same starting weights for every run
+  at::Tensor x, y;
+
+  Workload(std::int64_t d, std::int64_t h, std::int64_t b) : dim(d), hidden(h), batch(b) {
+    at::manual_seed(7);
+    init = {at::randn({d, h}) * (1.0 / std::sqrt(double(d))), at::zeros({h}),
+            at::randn({h, d}) * (1.0 / std::sqrt(double(h))), at::zeros({d})};
+    x = at::randn({b, d});
+    y = at::randn({b, d});
+  }
+  std::vector<at::Tensor> fresh_params() const {
+    std::vector<at::Tensor> p;
+    for (const auto& t : init)
+      p.push_back(t.clone().set_requires_grad(true));
+    return p;
+  }
+  static at::Tensor loss(const std::vector<at::Tensor>& w, const at::Tensor& x,
+                         const at::Tensor& y) {
+    at::Tensor h = at::tanh(at::matmul(x, w[0]) + w[1]);
+    return at::mse_loss(at::matmul(h, w[2]) + w[3], y);
+  }
+  std::int64_t params() const { return 2 * dim * hidden + dim + hidden; }
+};
+
+/// Forward+backward and an Adam step, each timed alone on this thread.
+std::pair<double, double> cost_ms(const Workload& w, int reps) {
+  auto p = w.fresh_params();
+  torch::optim::Adam opt(p, torch::optim::AdamOptions(1e-4));
+  std::vector<double> f, o;
+  for (int i = 0; i < reps + 2; ++i) {
+    for (auto& t : p)
+      t.mutable_grad() = at::Tensor();
+    auto t0 = Clock::now();
+    Workload::loss(p, w.x, w.y).backward();
+    const double fb = ms_since(t0);
+    t0 = Clock::now();
+    opt.step();
+    const double st = ms_since(t0);
+    if (i >= 2) f.push_back(fb), o.push_back(st);
+  }
+  return {median_of(f), median_of(o)};
+}
+
+struct Mode {
+  std::string key, label;
+  int staleness;  // -1: LocalGradScaler, no pipeline
+  ScalePolicy policy;
+};
+
+struct Timing {
+  double iter_ms = 0;   // whole loop, final sync included, per iteration
+  double scale_ms = 0;  // in scale(): the exact policy's wait for the scale, per iteration
+  double step_ms = 0;   // in the pipeline's step(): the waited copy and grad move, per iteration
+};
+
+Timing run(const Workload& w, const Mode& m, int iters, int warmup) {
+  GradScalerOptions so;
+  so.init_scale = 1024;
+  so.growth_interval = 1 << 30;  // a constant scale: no skipped steps muddle the timing
+  auto params = w.fresh_params();
+  std::unique_ptr<GradScaler> scaler;
+  std::unique_ptr<AsyncOptimizer> pipe;
+  std::unique_ptr<LocalGradScaler> local;
+  std::unique_ptr<torch::optim::Adam> opt;
+  if (m.staleness < 0) {
+    local = std::make_unique<LocalGradScaler>(so);
+    opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-4));
+  } else {
+    scaler = std::make_unique<GradScaler>(so, m.policy);
+    pipe = std::make_unique<AsyncOptimizer>(params, *scaler,
+                                            AsyncOptimizerOptions{m.staleness, at::kFloat, 1});
+    opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
+                                               torch::optim::AdamOptions(1e-4));
+  }
+  Timing t;
+  Clock::time_point start;
+  for (int k = 0; k < warmup + iters; ++k) {
+    if (k == warmup) start = Clock::now(), t = Timing{};
+    for (auto& p : params)
+      p.mutable_grad() = at::Tensor();
+    at::Tensor loss = Workload::loss(params, w.x, w.y);
+    if (local) {
+      local->scale(loss).backward();
+      local->step(*opt);
+      local->update();
+      continue;
+    }
+    auto t0 = Clock::now();
+    at::Tensor scaled = scaler->scale(loss);
+    t.scale_ms += ms_since(t0);
+    scaled.backward();
+    t0 = Clock::now();
+    pipe->step(*opt, [&] { scaler->step(*opt); });
+    t.step_ms += ms_since(t0);
+    scaler->update();
+  }
+  if (pipe) pipe->sync();
+  if (scaler) scaler->sync();
+  t.iter_ms = ms_since(start) / iters;
+  t.scale_ms /= iters;
+  t.step_ms /= iters;
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ampactor-bench-overlap: asynchronous vs synchronous optimizer pipeline"};
+  std::int64_t dim = 1024, hidden = 2048, batch = 0;
+  int rounds = 6, iters = 20, warmup = 3;
+  std::string json_path;
+  bool quick = false;
+  app.add_option("--dim", dim, "the MLP's input and output width")->check(CLI::Range(8, 1 << 16));
+  app.add_option("--hidden", hidden, "the MLP's hidden width")->check(CLI::Range(8, 1 << 16));
+  app.add_option("--batch", batch,
+                 "rows per iteration (0: chosen so Adam costs about as much "
+                 "as forward+backward)")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--rounds", rounds, "interleaved rounds; each runs every mode")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--iterations", iters, "timed iterations per mode and round")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--json", json_path, "write the figures as JSON to this file");
+  app.add_flag("--quick", quick, "a small model and few rounds (a smoke run)");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) dim = 256, hidden = 512, rounds = 2, iters = 5;
+  std::ofstream json_file;
+  if (!json_path.empty()) {
+    json_file.open(json_path);
+    if (!json_file) {
+      std::cerr << "--json: cannot write " << json_path << "\n";
+      return 2;
+    }
+  }
+  at::set_num_threads(1);
+  at::get_num_threads();  // LibTorch's per-thread lazy set-up, before any other thread's
+
+  // Choose the batch: forward+backward grows with it, Adam does not.
+  std::int64_t b = batch > 0 ? batch : 64;
+  double fb_ms = 0, opt_ms = 0;
+  for (int pass = 0; pass < (batch > 0 ? 1 : 3); ++pass) {
+    std::tie(fb_ms, opt_ms) = cost_ms(Workload(dim, hidden, b), quick ? 3 : 7);
+    if (batch > 0) break;
+    b = std::clamp<std::int64_t>(std::int64_t(double(b) * opt_ms / fb_ms + 0.5), 1, 1 << 16);
+  }
+  if (batch == 0) std::tie(fb_ms, opt_ms) = cost_ms(Workload(dim, hidden, b), quick ? 3 : 7);
+  const Workload w(dim, hidden, b);
+  std::cout << "ampactor-bench-overlap: MLP " << dim << "x" << hidden << "x" << dim << " ("
+            << w.params() << " parameters, fp32), batch " << b << ", Adam, exact policy\n"
+            << "alone on one thread: forward+backward " << std::fixed << std::setprecision(2)
+            << fb_ms << " ms, Adam step " << opt_ms << " ms (ratio " << opt_ms / fb_ms << ")\n"
+            << "LibTorch " << TORCH_VERSION << ", " << std::thread::hardware_concurrency()
+            << " hardware threads; one LibTorch thread for the trainer, one for the optimizer\n"
+            << rounds << " rounds x " << iters << " iterations per mode, order rotating\n";
+
+  const std::vector<Mode> modes = {
+      {"local", "LocalGradScaler, no pipeline (reference)", -1, ScalePolicy::exact},
+      {"sync", "pipeline, staleness 0 (synchronous)", 0, ScalePolicy::exact},
+      {"async", "pipeline, staleness 1 (asynchronous)", 1, ScalePolicy::exact},
+      {"async_lagged", "pipeline, staleness 1, lagged policy", 1, ScalePolicy::lagged},
+  };
+  std::vector<std::vector<Timing>> got(modes.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t i = 0; i < modes.size(); ++i) {
+      const std::size_t m = (i + std::size_t(r)) % modes.size();
+      got[m].push_back(run(w, modes[m], iters, warmup));
+    }
+    std::cout << "  round " << r + 1 << "/" << rounds << " done" << std::endl;
+  }
+
+  json res = {{"benchmark", "ampactor-bench-overlap"},
+              {"torch", TORCH_VERSION},
+              {"hardware_threads", std::thread::hardware_concurrency()},
+              {"dim", dim},
+              {"hidden", hidden},
+              {"batch", b},
+              {"parameters", w.params()},
+              {"forward_backward_ms", fb_ms},
+              {"adam_step_ms", opt_ms},
+              {"rounds", rounds},
+              {"iterations", iters}};
+  std::vector<double> med(modes.size()), scale_share(modes.size()), step_ms(modes.size());
+  std::cout << "\n"
+            << std::left << std::setw(42) << "mode" << std::right << std::setw(10) << "ms/iter"
+            << std::setw(12) << "in scale()" << std::setw(10) << "share" << std::setw(12)
+            << "in step()"
+            << "\n";
+  for (std::size_t m = 0; m < modes.size(); ++m) {
+    std::vector<double> it, sc, st, share;
+    for (const Timing& t : got[m]) {
+      it.push_back(t.iter_ms), sc.push_back(t.scale_ms), st.push_back(t.step_ms);
+      share.push_back(t.scale_ms / t.iter_ms);
+    }
+    med[m] = median_of(it);
+    scale_share[m] = median_of(share);
+    step_ms[m] = median_of(st);
+    res["modes"][modes[m].key] = {{"label", modes[m].label},
+                                  {"iteration_ms_median", med[m]},
+                                  {"iteration_ms_rounds", it},
+                                  {"scale_wait_ms_median", median_of(sc)},
+                                  {"scale_wait_share_median", scale_share[m]},
+                                  {"step_wait_ms_median", step_ms[m]}};
+    std::cout << std::left << std::setw(42) << modes[m].label << std::right << std::fixed
+              << std::setprecision(2) << std::setw(10) << med[m];
+    if (modes[m].staleness >= 0)
+      std::cout << std::setw(9) << median_of(sc) * 1000 << " us" << std::setw(9)
+                << 100 * scale_share[m] << "%" << std::setw(9) << step_ms[m] << " ms";
+    std::cout << "\n";
+  }
+  // Ratios per round (each round ran both side by side), then their median.
+  std::vector<double> ratios;
+  for (int r = 0; r < rounds; ++r)
+    ratios.push_back(got[2][std::size_t(r)].iter_ms / got[1][std::size_t(r)].iter_ms);
+  const double ratio = median_of(ratios);
+  const double wait = scale_share[2];
+  res["async_over_sync_rounds"] = ratios;
+  res["async_over_sync"] = ratio;
+  res["goals"] = {{"async_over_sync_max", kRatioGoal},
+                  {"async_over_sync_met", ratio <= kRatioGoal},
+                  {"exact_scale_wait_share_max", kWaitGoalShare},
+                  {"exact_scale_wait_share", wait},
+                  {"exact_scale_wait_met", wait <= kWaitGoalShare}};
+  std::cout << "\nasync / sync iteration time: " << std::setprecision(3) << ratio
+            << " (median of per-round ratios; goal <= " << kRatioGoal << ": "
+            << (ratio <= kRatioGoal ? "met" : "NOT met") << ")\n"
+            << "exact policy, asynchronous: time in scale() " << std::setprecision(3) << 100 * wait
+            << "% of the iteration (goal <= " << 100 * kWaitGoalShare
+            << "%: " << (wait <= kWaitGoalShare ? "met" : "NOT met") << ")\n";
+  if (!json_path.empty()) {
+    json_file << std::setw(2) << res << "\n";
+    std::cout << "wrote " << json_path << "\n";
+  }
+  return 0;
+}
