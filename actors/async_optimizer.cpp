@@ -26,6 +26,8 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   if (options_.optimizer_threads < 0)
     throw std::invalid_argument("AsyncOptimizer: optimizer_threads must be >= 0, got " +
                                 std::to_string(options_.optimizer_threads));
+  if (options_.swap_weights && options_.staleness != 1)
+    throw std::invalid_argument("AsyncOptimizer: swap_weights needs staleness 1");
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i) {
     const at::Tensor& p = model_[i];
@@ -36,6 +38,7 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
                            .to(options_.optim_dtype, /*non_blocking=*/false,
                                /*copy=*/true)
                            .set_requires_grad(true));
+    if (options_.swap_weights) spare_.push_back(p.detach().clone());
   }
   if (const int n = options_.optimizer_threads; n > 0)
     scaler_.run_on_optimizer([n] {
@@ -63,6 +66,21 @@ void AsyncOptimizer::copy_to_model() {
     model_[i].detach().copy_(masters_[i]);
 }
 
+void AsyncOptimizer::copy_to_spare() {
+  at::AutoGradMode no_grad(false);
+  for (std::size_t i = 0; i < spare_.size(); ++i)
+    spare_[i].copy_(masters_[i]);
+}
+
+void AsyncOptimizer::swap_in() {
+  // The trainer waits meanwhile, and backward is over: nothing reads the parameters' storage.
+  for (std::size_t i = 0; i < model_.size(); ++i) {
+    at::Tensor old = model_[i].variable_data();  // the storage the model used until now
+    model_[i].set_data(spare_[i]);
+    spare_[i] = std::move(old);
+  }
+}
+
 std::vector<at::Tensor> AsyncOptimizer::model_grads() const {
   std::vector<at::Tensor> g;
   g.reserve(model_.size());
@@ -84,14 +102,37 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
   // fn, whose result (a) publishes to the model.
   scaler_.run_on_optimizer([&] {
-    copy_to_model();
+    if (options_.swap_weights)
+      swap_in();
+    else
+      copy_to_model();
     JobContext::current()->move_and_unscale_(opt, grads, masters_);
   });
-  if (fn) scaler_.submit(std::move(fn), /*may_unscale=*/false);
+  if (!options_.swap_weights) {
+    if (fn) scaler_.submit(std::move(fn), /*may_unscale=*/false);
+    return;
+  }
+  // The spare is filled even when fn fails, as the copy of the next step would have been.
+  scaler_.submit(
+      [this, fn = std::move(fn)] {
+        try {
+          if (fn) fn();
+        } catch (...) {
+          copy_to_spare();
+          throw;
+        }
+        copy_to_spare();
+      },
+      /*may_unscale=*/false);
 }
 
 void AsyncOptimizer::sync() {
-  scaler_.run_on_optimizer([&] { copy_to_model(); });
+  scaler_.run_on_optimizer([&] {
+    if (options_.swap_weights)
+      swap_in(), copy_to_spare();  // both buffers equal: the next step may swap again
+    else
+      copy_to_model();
+  });
 }
 
 }  // namespace ampactor

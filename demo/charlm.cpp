@@ -108,7 +108,13 @@ struct HalfRound : torch::autograd::Function<HalfRound> {
 };
 
 at::Tensor forward(const std::vector<at::Tensor>& w, const at::Tensor& inputs,
-                   const at::Tensor& targets, bool half) {
+                   const at::Tensor& targets, bool half, bool real_half) {
+  if (real_half) {  // fp16 weights and fp16 kernels; the loss in fp32
+    const std::int64_t batch = inputs.size(0);
+    at::Tensor emb = at::index_select(w[0], 0, inputs.reshape({-1})).view({batch, -1});
+    at::Tensor h = at::tanh(at::matmul(emb, w[1]) + w[2]);
+    return at::cross_entropy_loss((at::matmul(h, w[3]) + w[4]).to(at::kFloat), targets);
+  }
   auto r = [half](const at::Tensor& x) { return half ? HalfRound::apply(x) : x; };
   // Casting a Half parameter to float is differentiable: its gradient comes back as Half.
   auto f = [](const at::Tensor& p) { return p.scalar_type() == at::kFloat ? p : p.to(at::kFloat); };
@@ -121,30 +127,31 @@ at::Tensor forward(const std::vector<at::Tensor>& w, const at::Tensor& inputs,
 
 }  // namespace
 
-CharMlp::CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed)
-    : dtype_(dtype) {
+CharMlp::CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed,
+                 at::Device device)
+    : dtype_(dtype), real_half_(dtype == at::kHalf && device.is_cuda()) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto init = [&](std::vector<std::int64_t> sizes, double sd) {
     at::Tensor t = at::randn(sizes, gen, at::TensorOptions().dtype(at::kFloat)) * sd;
-    return t.to(dtype_).set_requires_grad(true);
+    return t.to(device, dtype_).set_requires_grad(true);
   };
   const double in1 = double(shape.context * shape.embed);
   params_.push_back(init({shape.vocab, shape.embed}, 1.0));
   params_.push_back(init({shape.context * shape.embed, shape.hidden}, 1.0 / std::sqrt(in1)));
-  params_.push_back(
-      at::zeros({shape.hidden}, at::TensorOptions().dtype(dtype_)).set_requires_grad(true));
+  params_.push_back(at::zeros({shape.hidden}, at::TensorOptions().dtype(dtype_).device(device))
+                        .set_requires_grad(true));
   params_.push_back(init({shape.hidden, shape.vocab}, 1.0 / std::sqrt(double(shape.hidden))));
-  params_.push_back(
-      at::zeros({shape.vocab}, at::TensorOptions().dtype(dtype_)).set_requires_grad(true));
+  params_.push_back(at::zeros({shape.vocab}, at::TensorOptions().dtype(dtype_).device(device))
+                        .set_requires_grad(true));
 }
 
 at::Tensor CharMlp::loss(const at::Tensor& inputs, const at::Tensor& targets) const {
-  return forward(params_, inputs, targets, dtype_ == at::kHalf);
+  return forward(params_, inputs, targets, dtype_ == at::kHalf, real_half_);
 }
 
 at::Tensor CharMlp::loss_fp32(const std::vector<at::Tensor>& weights, const at::Tensor& inputs,
                               const at::Tensor& targets) {
-  return forward(weights, inputs, targets, false);
+  return forward(weights, inputs, targets, false, false);
 }
 
 void CharMlp::zero_grad() {

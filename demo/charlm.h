@@ -43,11 +43,13 @@ struct ModelShape {
 /// Embedding -> Linear -> tanh -> Linear, as plain tensors.
 class CharMlp {
  public:
-  /// dtype kHalf: fp16 storage and emulated fp16 arithmetic; kFloat: plain fp32.
-  CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed);
+  /// dtype kHalf: fp16 storage, and fp16 arithmetic: real on a CUDA device, emulated on the CPU;
+  /// kFloat: plain fp32. The weights are drawn on the CPU, so every device starts alike.
+  CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed,
+          at::Device device = at::kCPU);
   std::vector<at::Tensor>& parameters() { return params_; }
   at::ScalarType dtype() const { return dtype_; }
-  /// Mean cross-entropy of the next character (fp32 result).
+  /// Mean cross-entropy of the next character (computed in fp32, as autocast does).
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const;
   /// The same loss in plain fp32 math with the given weights (e.g. fp32 masters), no rounding.
   static at::Tensor loss_fp32(const std::vector<at::Tensor>& weights, const at::Tensor& inputs,
@@ -56,6 +58,7 @@ class CharMlp {
 
  private:
   at::ScalarType dtype_;
+  bool real_half_;                  // fp16 kernels exist (CUDA): no emulation
   std::vector<at::Tensor> params_;  // E, W1, b1, W2, b2
 };
 

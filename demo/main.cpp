@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <torch/cuda.h>
 #include <torch/optim/adam.h>
 #include <CLI/CLI.hpp>
 
@@ -46,6 +47,7 @@ struct Settings {
   int threads = 0;
   std::string out = "out/demo";
   std::string text_dir = "/usr/share/common-licenses";
+  std::string device = "cpu";
   std::vector<std::string> modes = kModes;
 };
 
@@ -88,7 +90,7 @@ double eval_loss(const std::vector<at::Tensor>& weights, const demo::ModelShape&
   const int batches = 8;
   for (int i = 0; i < batches; ++i) {
     auto [x, y] = corpus.batch(rng, s.batch, shape.context, true);
-    sum += demo::CharMlp::loss_fp32(w, x, y).item<double>();
+    sum += demo::CharMlp::loss_fp32(w, x.to(w[0].device()), y.to(w[0].device())).item<double>();
   }
   return sum / batches;
 }
@@ -120,7 +122,8 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   const bool fp32 = mode == "fp32";
   const bool scaled = mode != "fp32" && mode != "fp16-noscale";
   const bool async = mode == "fp16-async" || mode == "fp16-async-lagged";
-  demo::CharMlp model(shape, fp32 ? at::kFloat : at::kHalf, s.seed);
+  const at::Device device(s.device);
+  demo::CharMlp model(shape, fp32 ? at::kFloat : at::kHalf, s.seed, device);
   std::mt19937_64 rng(s.seed);
   std::set<int> inject;
   if (scaled) inject.insert(s.overflow_at.begin(), s.overflow_at.end());
@@ -154,7 +157,8 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   const int report = std::max(1, s.steps / 10);
   for (int k = 0; k < s.steps; ++k) {
     const auto it0 = Clock::now();
-    auto [x, y] = corpus.batch(rng, s.batch, shape.context, false);
+    auto [xc, yc] = corpus.batch(rng, s.batch, shape.context, false);
+    const at::Tensor x = xc.to(device), y = yc.to(device);
     model.zero_grad();
     at::Tensor loss = model.loss(x, y);
     const double loss_v = loss.item<double>();
@@ -220,7 +224,8 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
   std::ofstream f(gp);
   f << "set terminal pngcairo size 1200,900\nset output '" << s.out << "/demo.png'\n"
     << "set datafile separator ','\nset multiplot layout 2,1\n"
-    << "set title 'Training loss (character-level LM, fp16 emulated on CPU)'\n"
+    << "set title 'Training loss (character-level LM, "
+    << (s.device == "cuda" ? "real fp16 on the GPU" : "fp16 emulated on the CPU") << ")'\n"
     << "set xlabel 'iteration'\nset ylabel 'loss'\nset key top right\n"
     << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i)
@@ -278,6 +283,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--out", s.out, "output folder");
   app.add_option("--text-dir", s.text_dir, "folder of text files to train on");
+  app.add_option("--device", s.device,
+                 "cpu: fp16 emulated by rounding through Half; cuda: real fp16 on the GPU "
+                 "(a LibTorch built with CUDA)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--mode", s.modes, "runs, comma-separated")
       ->delimiter(',')
       ->check(CLI::IsMember(kModes));
@@ -288,6 +297,11 @@ int main(int argc, char** argv) {
       std::cerr << "--overflow-at: iteration " << k << " is outside 0.." << s.steps - 1 << "\n";
       return 2;
     }
+  if (s.device == "cuda" && !torch::cuda::is_available()) {
+    std::cerr << "--device cuda: this LibTorch has no CUDA, or no GPU is visible (Debian's "
+                 "LibTorch is CPU-only: build against a CUDA LibTorch, see the README)\n";
+    return 2;
+  }
   try {
     std::filesystem::create_directories(s.out);
     flush_denormals();
@@ -300,7 +314,8 @@ int main(int argc, char** argv) {
               << corpus.size() << " characters, alphabet " << corpus.vocab() << "\n"
               << "model: context " << shape.context << ", embedding " << shape.embed << ", hidden "
               << shape.hidden << "; batch " << s.batch << ", " << s.steps << " steps, Adam lr "
-              << s.lr << ", " << at::get_num_threads() << " threads\n";
+              << s.lr << ", " << at::get_num_threads() << " threads, device " << s.device
+              << (s.device == "cuda" ? " (real fp16)" : " (fp16 emulated)") << "\n";
     std::vector<Summary> runs;
     for (const auto& mode : s.modes) {
       std::cout << "run " << mode << "\n";

@@ -119,9 +119,17 @@ TEST_CASE("staleness 0, exact policy: parameters equal synchronous torch bit for
 
 TEST_CASE("staleness 1: iteration k runs on the weights of step k-2, fn overlaps") {
   const int n = 12;
+  bool swap = false;  // each SUBCASE runs the test case once more
+  SUBCASE("copying the weights") {}
+  SUBCASE("swapping the weights") {
+    swap = true;
+  }
+  CAPTURE(swap);
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
-  AsyncOptimizer pipe(model.p, scaler);
+  AsyncOptimizerOptions o;
+  o.swap_weights = swap;
+  AsyncOptimizer pipe(model.p, scaler, o);
   CHECK(pipe.staleness() == 1);
   torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
   std::vector<at::Tensor> used(n), after_step(n);
@@ -143,6 +151,12 @@ TEST_CASE("staleness 1: iteration k runs on the weights of step k-2, fn overlaps
     CHECK(used[std::size_t(k)].equal(after_step[std::size_t(k - 2)]));
   }
   CHECK(model.p[0].equal(after_step[n - 1]));  // sync() publishes the last step
+  if (swap) {
+    // The parameter tensors stayed the model's; only their storage alternated.
+    CHECK(model.p[0].requires_grad());
+    for (std::size_t i = 0; i < model.p.size(); ++i)
+      CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
+  }
 }
 
 TEST_CASE("fp16 model, fp32 masters: the grad move unscales and converts in one pass") {
@@ -193,6 +207,8 @@ TEST_CASE("optimizer_threads sets the optimizer thread's team size and no other"
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
   CHECK_THROWS_AS(AsyncOptimizer(model.p, scaler, AsyncOptimizerOptions{1, at::kFloat, -1}),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(AsyncOptimizer(model.p, scaler, AsyncOptimizerOptions{0, at::kFloat, 0, true}),
                   std::invalid_argument);
   const int main_threads = at::get_num_threads();
   int before = 0, after = 0;

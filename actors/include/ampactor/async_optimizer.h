@@ -7,7 +7,8 @@
 // k's scale and checked for inf/NaN in one pass, which reports UnscaleDone at once, then (c) fn,
 // the optimizer math. It waits for (a) and (b) only. With staleness 1 (default) iteration k+1
 // therefore runs on the weights of step k-1 and fn overlaps its forward/backward; with staleness 0
-// it waits for fn as well and copies the result back: plain synchronous training.
+// it waits for fn as well and copies the result back: plain synchronous training. swap_weights
+// moves (a) out of the wait: fn's job fills a spare copy of the weights and (a) swaps it in.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,6 +34,13 @@ struct AsyncOptimizerOptions {
   /// per core and, overlapped, they fight for the cores: 1 is usually right when the trainer
   /// uses the other cores.
   int optimizer_threads = 0;
+  /// Staleness 1 only: keep a second copy of the model's weights. fn's job then writes step k's
+  /// weights into it right after fn, overlapped with the trainer, and step k+1 swaps it in
+  /// instead of copying, which leaves only the grad move for the trainer to wait for. Costs one
+  /// more model-sized buffer. The parameters' storage alternates between the two buffers: views
+  /// or data pointers of a parameter kept across steps go stale (the parameter tensors
+  /// themselves, e.g. model->parameters(), stay valid).
+  bool swap_weights = false;
 };
 
 class AsyncOptimizer {
@@ -62,10 +70,15 @@ class AsyncOptimizer {
  private:
   /// (a): masters -> model weights. On the optimizer thread.
   void copy_to_model();
+  /// swap_weights: masters -> the spare weights, after fn.
+  void copy_to_spare();
+  /// swap_weights: the spare weights (the newest step) become the model's, in the waited job.
+  void swap_in();
   std::vector<at::Tensor> model_grads() const;
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;
+  std::vector<at::Tensor> spare_;  // swap_weights: the buffer the model does not use now
   GradScaler& scaler_;
   AsyncOptimizerOptions options_;
 };
