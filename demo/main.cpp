@@ -48,6 +48,7 @@ struct Settings {
   std::string out = "out/demo";
   std::string text_dir = "/usr/share/common-licenses";
   std::string device = "cpu";
+  std::string trace;  // record each scaled run's keeper messages (JSON Lines)
   std::vector<std::string> modes = kModes;
 };
 
@@ -117,6 +118,18 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
+/// --trace FILE: one trace per scaled run, FILE itself when only one runs, else FILE with the mode
+/// before the extension (run.jsonl -> run.fp16-sync.jsonl). Empty: not recording.
+std::string trace_file(const Settings& s, const std::string& mode) {
+  if (s.trace.empty() || mode == "fp32" || mode == "fp16-noscale") return {};
+  int scaled = 0;
+  for (const auto& m : s.modes)
+    scaled += m != "fp32" && m != "fp16-noscale";
+  if (scaled == 1) return s.trace;
+  const std::filesystem::path p(s.trace);
+  return (p.parent_path() / (p.stem().string() + "." + mode + p.extension().string())).string();
+}
+
 Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::ModelShape& shape,
             const Settings& s) {
   const bool fp32 = mode == "fp32";
@@ -141,7 +154,7 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   if (fp32) {
     opt = std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(s.lr));
   } else {
-    scaler = std::make_unique<ampactor::GradScaler>(so, policy);
+    scaler = std::make_unique<ampactor::GradScaler>(so, policy, trace_file(s, mode));
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     pipe = std::make_unique<ampactor::AsyncOptimizer>(
         model.parameters(), *scaler,
@@ -283,6 +296,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--out", s.out, "output folder");
   app.add_option("--text-dir", s.text_dir, "folder of text files to train on");
+  app.add_option("--trace", s.trace,
+                 "record every scale_keeper message of each scaled run to this JSON Lines file "
+                 "(one file per run: the mode goes before the extension); replay with "
+                 "ampactor-replay");
   app.add_option("--device", s.device,
                  "cpu: fp16 emulated by rounding through Half; cuda: real fp16 on the GPU "
                  "(a LibTorch built with CUDA)")
@@ -320,6 +337,8 @@ int main(int argc, char** argv) {
     for (const auto& mode : s.modes) {
       std::cout << "run " << mode << "\n";
       runs.push_back(run(mode, corpus, shape, s));
+      if (const std::string t = trace_file(s, mode); !t.empty())
+        std::cout << "  trace: " << t << " (check it: ampactor-replay " << t << ")\n";
     }
     std::ofstream sum(s.out + "/summary.csv");
     sum << "mode,train_loss,eval_loss,skipped,backoffs,final_scale,weight_grad_underflow,"
