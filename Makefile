@@ -26,6 +26,7 @@ test: build
 bench: build
 	$(BUILD)/bench/ampactor-bench-kernels --json $(BUILD)/bench-kernels.json
 	$(BUILD)/bench/ampactor-bench-actors --json $(BUILD)/bench-actors.json
+	$(BUILD)/bench/ampactor-bench-overlap --json $(BUILD)/bench-overlap.json
 
 demo: build
 	@./cmake/install-deps.sh $(DEMO_PACKAGES)

@@ -1,0 +1,40 @@
+#!/bin/sh
+# ampactor-demo from the command line: bad options are refused with a message and a non-zero
+# exit, and a short run of every mode writes its outputs, with the injected overflow skipped
+# exactly once in each scaled mode and never in the others.
+set -u
+demo=$1
+out=$2
+fail() { echo "FAIL: $*"; exit 1; }
+
+refused() {  # refused "what the message must say" args...
+  want=$1
+  shift
+  msg=$("$demo" "$@" 2>&1) && fail "ampactor-demo $* exited 0"
+  echo "$msg" | grep -q -- "$want" || fail "ampactor-demo $*: no '$want' in: $msg"
+}
+refused "--steps" --steps 0
+refused "--mode" --mode fp8
+refused "--device" --device tpu
+refused "outside" --steps 10 --overflow-at 10
+refused "--workers" --workers 0.5
+refused "no such directory" --steps 2 --text-dir /nonexistent --out "$out/bad"
+refused "unknown option\|not expected\|--bogus" --bogus
+
+rm -rf "$out"
+"$demo" --steps 8 --batch 256 --probe-every 2 --overflow-at 3 --out "$out" \
+  --trace "$out/t.jsonl" >"$out.log" 2>&1 || { cat "$out.log"; fail "short run failed"; }
+for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged; do
+  [ "$(wc -l <"$out/$m.csv")" -eq 9 ] || fail "$m.csv should have a header and 8 rows"
+  skipped=$(awk -F, 'NR > 1 { s += $4 } END { print s + 0 }' "$out/$m.csv")
+  case $m in
+    fp32 | fp16-noscale) want=0 ;;
+    *) want=1 ;;
+  esac
+  [ "$skipped" -eq "$want" ] || fail "$m skipped $skipped steps, expected $want"
+done
+for m in fp16-sync fp16-async fp16-async-lagged; do
+  [ -s "$out/t.$m.jsonl" ] || fail "no trace for $m"
+done
+[ -s "$out/summary.csv" ] || fail "no summary.csv"
+echo "demo CLI: ok"
