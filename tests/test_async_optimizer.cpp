@@ -220,3 +220,43 @@ TEST_CASE("optimizer_threads sets the optimizer thread's team size and no other"
   // A machine of one core cannot tell the two apart; elsewhere the default used every core.
   if (before > 1) CHECK(after < before);
 }
+
+TEST_CASE("swap_weights: a failing fn is reported once and the weights still follow the masters") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  AsyncOptimizerOptions o;
+  o.swap_weights = true;
+  AsyncOptimizer pipe(model.p, scaler, o);
+  torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+  int thrown = 0;
+  at::Tensor after_failed_step, used_two_later;
+  for (iteration_t k = 0; k < 8; ++k) {
+    try {
+      if (k == 5) used_two_later = model.p[0].detach().clone();
+      model.zero_grad();
+      scaler.scale(model.loss(k, false)).backward();
+      pipe.step(opt, [&, k] {
+        scaler.step(opt);
+        if (k != 3) return;
+        after_failed_step = pipe.optim_parameters()[0].detach().clone();
+        throw std::runtime_error("fn failed after its step");
+      });
+      scaler.update();
+    } catch (const std::exception& e) {
+      CHECK(std::string(e.what()).find("fn failed after its step") != std::string::npos);
+      ++thrown;
+    }
+  }
+  try {
+    pipe.sync();
+    scaler.sync();
+  } catch (const std::exception&) {
+    ++thrown;
+  }
+  CHECK(thrown == 1);
+  // Iteration 5 ran on the weights of step 3, the failed one: its spare was filled all the same.
+  REQUIRE(after_failed_step.defined());
+  CHECK(used_two_later.equal(after_failed_step));
+  for (std::size_t i = 0; i < model.p.size(); ++i)
+    CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
+}
