@@ -28,6 +28,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -46,23 +48,15 @@
 #include <unistd.h>
 
 using namespace ampactor;
-using Clock = std::chrono::steady_clock;
+using ampactor::bench::Clock;
+using ampactor::bench::median_of;
+using ampactor::bench::us_since;
 using nlohmann::json;
 
 namespace {
 
 constexpr double kLatencyGoalUs = 20.0;   // median ScaleRequest round trip
 constexpr double kOverheadGoalUs = 60.0;  // actor step() iteration minus LocalGradScaler's
-
-double us_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// The config every actor system of this benchmark uses: the one GradScaler gives itself.
 struct BenchConfig : caf::actor_system_config {

@@ -27,6 +27,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -43,23 +45,15 @@
 #include <vector>
 
 using namespace ampactor;
-using Clock = std::chrono::steady_clock;
+using ampactor::bench::Clock;
+using ampactor::bench::median_of;
+using ampactor::bench::ms_since;
 using nlohmann::json;
 
 namespace {
 
 constexpr double kRatioGoal = 0.65;      // async / sync iteration time
 constexpr double kWaitGoalShare = 0.02;  // time in scale() / iteration time, exact policy
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /// x[B, D] -> Linear(D, H) -> tanh -> Linear(H, D), mean squared error against y: few FLOPs per
 /// parameter at a small batch, so Adam's passes over the parameters cost as much as the matmuls.

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "doctest_torch.h"
+
 #include <string>
 
 namespace ampactor::test {
@@ -15,6 +17,23 @@ inline const char* name(Layout l) {
 }
 inline const char* name(Poison p) {
   return p == Poison::none ? "none" : p == Poison::inf ? "inf" : "nan";
+}
+
+inline const at::ScalarType kGradTypes[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+inline const Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced};
+inline const Poison kPoisons[] = {Poison::none, Poison::inf, Poison::nan};
+
+/// Runs `fn(dtype, layout, poison)` over the whole grid, each case captured for failure reports.
+template <typename F>
+void for_each_case(F&& fn) {
+  for (at::ScalarType dtype : kGradTypes)
+    for (Layout l : kLayouts)
+      for (Poison p : kPoisons) {
+        CAPTURE(c10::toString(dtype));
+        CAPTURE(name(l));
+        CAPTURE(name(p));
+        fn(dtype, l, p);
+      }
 }
 
 /// A rows x cols tensor of `dtype` in the given layout: transposed is a dense non-contiguous

@@ -18,23 +18,6 @@ namespace k = ampactor::kernels;
 
 namespace {
 
-const at::ScalarType kGradTypes[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
-const Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced};
-const Poison kPoisons[] = {Poison::none, Poison::inf, Poison::nan};
-
-/// Runs `fn(dtype, layout, poison)` over the whole grid, each case captured for failure reports.
-template <typename F>
-void for_each_case(F&& fn) {
-  for (at::ScalarType dtype : kGradTypes)
-    for (Layout l : kLayouts)
-      for (Poison p : kPoisons) {
-        CAPTURE(c10::toString(dtype));
-        CAPTURE(name(l));
-        CAPTURE(name(p));
-        fn(dtype, l, p);
-      }
-}
-
 at::Tensor zero_flag() {
   return at::zeros({}, at::kFloat);
 }

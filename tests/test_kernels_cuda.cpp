@@ -31,10 +31,6 @@ namespace k = ampactor::kernels;
 
 namespace {
 
-const at::ScalarType kGradTypes[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
-const Layout kLayouts[] = {Layout::contiguous, Layout::transposed, Layout::sliced};
-const Poison kPoisons[] = {Poison::none, Poison::inf, Poison::nan};
-
 /// Why the GPU tests cannot run here, or nullptr when they can.
 const char* gpu_skip_reason() {
 #ifdef AMPACTOR_CUDA_BUILT
@@ -254,82 +250,78 @@ TEST_CASE("CUDA unscale_and_check equals the CPU kernels on every dtype, layout 
 
 TEST_CASE("CUDA check_finite finds inf and NaN and writes nothing") {
   SKIP_WITHOUT_GPU();
-  for (at::ScalarType dtype : kGradTypes)
-    for (Layout l : kLayouts)
-      for (Poison p : kPoisons) {
-        CAPTURE(c10::toString(dtype));
-        CAPTURE(name(l));
-        CAPTURE(name(p));
-        auto grads = make_list(dtype, l, p, 9);
-        std::vector<at::Tensor> before;
-        std::vector<std::unique_ptr<DeviceView>> views;
-        std::vector<gpu::Span> spans;
-        for (auto& g : grads) {
-          before.push_back(flat_storage(g).clone());
-          views.push_back(std::make_unique<DeviceView>(g));
-          for (const gpu::Span& s : views.back()->spans())
-            spans.push_back(s);
-        }
-        at::Tensor found_cpu = at::zeros({}, at::kFloat);
-        k::check_finite(grads, found_cpu);
-        DeviceBuffer flag(sizeof(float));
-        const float zero = 0.0f;
-        flag.upload(&zero);
-        require_ok(
-            gpu::check_finite(spans.data(), spans.size(), static_cast<float*>(flag.ptr), nullptr));
-        REQUIRE(cudaDeviceSynchronize() == 0);
-        CHECK(read_flag(flag) == found_cpu.item<float>());
-        CHECK(read_flag(flag) == expected_flag(p));
-        for (std::size_t i = 0; i < grads.size(); ++i) {
-          views[i]->download();
-          const at::Tensor now = flat_storage(grads[i]);
-          CHECK(std::memcmp(now.data_ptr(), before[i].data_ptr(), now.nbytes()) == 0);
-        }
-      }
+  for_each_case([&](at::ScalarType dtype, Layout l, Poison p) {
+    CAPTURE(c10::toString(dtype));
+    CAPTURE(name(l));
+    CAPTURE(name(p));
+    auto grads = make_list(dtype, l, p, 9);
+    std::vector<at::Tensor> before;
+    std::vector<std::unique_ptr<DeviceView>> views;
+    std::vector<gpu::Span> spans;
+    for (auto& g : grads) {
+      before.push_back(flat_storage(g).clone());
+      views.push_back(std::make_unique<DeviceView>(g));
+      for (const gpu::Span& s : views.back()->spans())
+        spans.push_back(s);
+    }
+    at::Tensor found_cpu = at::zeros({}, at::kFloat);
+    k::check_finite(grads, found_cpu);
+    DeviceBuffer flag(sizeof(float));
+    const float zero = 0.0f;
+    flag.upload(&zero);
+    require_ok(
+        gpu::check_finite(spans.data(), spans.size(), static_cast<float*>(flag.ptr), nullptr));
+    REQUIRE(cudaDeviceSynchronize() == 0);
+    CHECK(read_flag(flag) == found_cpu.item<float>());
+    CHECK(read_flag(flag) == expected_flag(p));
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      views[i]->download();
+      const at::Tensor now = flat_storage(grads[i]);
+      CHECK(std::memcmp(now.data_ptr(), before[i].data_ptr(), now.nbytes()) == 0);
+    }
+  });
 }
 
 TEST_CASE("CUDA move_grads_and_unscale equals the CPU kernels on every dtype, layout and poison") {
   SKIP_WITHOUT_GPU();
-  for (at::ScalarType dtype : kGradTypes)
-    for (Layout l : kLayouts)
-      for (Poison p : kPoisons) {
-        CAPTURE(c10::toString(dtype));
-        CAPTURE(name(l));
-        CAPTURE(name(p));
-        const float inv = 1.0f / 1024.0f;
-        auto model = make_list(dtype, l, p, 21);
-        std::vector<at::Tensor> master;
-        std::vector<std::unique_ptr<DeviceView>> views;
-        std::vector<std::unique_ptr<DeviceBuffer>> dst;
-        std::vector<gpu::MoveSpan> spans;
-        for (auto& g : model) {
-          // Masters in the model's memory order where it is dense, row-major for slices.
-          const bool dense = g.is_non_overlapping_and_dense();
-          master.push_back(dense ? at::empty_strided(g.sizes(), g.strides(), at::kFloat)
-                                 : at::empty(g.sizes(), at::kFloat));
-          views.push_back(std::make_unique<DeviceView>(g));
-          dst.push_back(std::make_unique<DeviceBuffer>(std::size_t(g.numel()) * 4));
-          float* d = static_cast<float*>(dst.back()->ptr);
-          for (const gpu::Span& s : views.back()->spans()) {
-            spans.push_back({s.data, d, s.numel, s.dtype});
-            d += s.numel;
-          }
-        }
-        at::Tensor found_cpu = at::zeros({}, at::kFloat);
-        k::move_grads_and_unscale(model, master, inv, found_cpu);
-        DeviceBuffer flag(sizeof(float));
-        const float zero = 0.0f;
-        flag.upload(&zero);
-        require_ok(gpu::move_grads_and_unscale(spans.data(), spans.size(), nullptr, inv,
-                                               static_cast<float*>(flag.ptr), nullptr));
-        REQUIRE(cudaDeviceSynchronize() == 0);
-        CHECK(read_flag(flag) == expected_flag(p));
-        for (std::size_t i = 0; i < model.size(); ++i) {
-          at::Tensor got = at::empty({model[i].numel()}, at::kFloat);
-          dst[i]->download(got.data_ptr());
-          CHECK(same_values(got, flat_storage(master[i])));
-        }
+  for_each_case([&](at::ScalarType dtype, Layout l, Poison p) {
+    CAPTURE(c10::toString(dtype));
+    CAPTURE(name(l));
+    CAPTURE(name(p));
+    const float inv = 1.0f / 1024.0f;
+    auto model = make_list(dtype, l, p, 21);
+    std::vector<at::Tensor> master;
+    std::vector<std::unique_ptr<DeviceView>> views;
+    std::vector<std::unique_ptr<DeviceBuffer>> dst;
+    std::vector<gpu::MoveSpan> spans;
+    for (auto& g : model) {
+      // Masters in the model's memory order where it is dense, row-major for slices.
+      const bool dense = g.is_non_overlapping_and_dense();
+      master.push_back(dense ? at::empty_strided(g.sizes(), g.strides(), at::kFloat)
+                             : at::empty(g.sizes(), at::kFloat));
+      views.push_back(std::make_unique<DeviceView>(g));
+      dst.push_back(std::make_unique<DeviceBuffer>(std::size_t(g.numel()) * 4));
+      float* d = static_cast<float*>(dst.back()->ptr);
+      for (const gpu::Span& s : views.back()->spans()) {
+        spans.push_back({s.data, d, s.numel, s.dtype});
+        d += s.numel;
       }
+    }
+    at::Tensor found_cpu = at::zeros({}, at::kFloat);
+    k::move_grads_and_unscale(model, master, inv, found_cpu);
+    DeviceBuffer flag(sizeof(float));
+    const float zero = 0.0f;
+    flag.upload(&zero);
+    require_ok(gpu::move_grads_and_unscale(spans.data(), spans.size(), nullptr, inv,
+                                           static_cast<float*>(flag.ptr), nullptr));
+    REQUIRE(cudaDeviceSynchronize() == 0);
+    CHECK(read_flag(flag) == expected_flag(p));
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      at::Tensor got = at::empty({model[i].numel()}, at::kFloat);
+      dst[i]->download(got.data_ptr());
+      CHECK(same_values(got, flat_storage(master[i])));
+    }
+  });
 }
 
 TEST_CASE("CUDA lists of 1 to 2100 tensors of odd sizes, mixed dtypes and unaligned starts") {
@@ -485,33 +477,31 @@ at::Tensor to_cpu_view(const at::Tensor& t) {
 
 TEST_CASE("CUDA tensors: the entry points equal the CPU kernels, layouts kept, slices' gaps kept") {
   SKIP_WITHOUT_GPU();
-  for (at::ScalarType dtype : kGradTypes)
-    for (Layout l : kLayouts)
-      for (Poison p : kPoisons) {
-        CAPTURE(c10::toString(dtype));
-        CAPTURE(name(l));
-        CAPTURE(name(p));
-        auto cpu = make_list(dtype, l, p, 31);
-        std::vector<at::Tensor> cuda, cuda_check;
-        for (auto& g : cpu) {
-          cuda.push_back(to_cuda_view(g));
-          cuda_check.push_back(to_cuda_view(g));
-        }
-        // The inverse scale as a device tensor: read by the kernel, never by the host.
-        at::Tensor inv = at::full({1}, 0.375f, at::TensorOptions().device(at::kCUDA));
-        at::Tensor found = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
-        at::Tensor found_check = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
-        at::Tensor found_cpu = at::zeros({}, at::kFloat);
-        k::unscale_and_check(cuda, inv, found);
-        k::check_finite(cuda_check, found_check);
-        k::unscale_and_check(cpu, 0.375f, found_cpu);
-        CHECK(found.item<float>() == expected_flag(p));
-        CHECK(found_check.item<float>() == expected_flag(p));
-        for (std::size_t i = 0; i < cpu.size(); ++i) {
-          CHECK(cuda[i].strides() == cpu[i].strides());
-          CHECK(same_values(flat_storage(to_cpu_view(cuda[i])), flat_storage(cpu[i])));
-        }
-      }
+  for_each_case([&](at::ScalarType dtype, Layout l, Poison p) {
+    CAPTURE(c10::toString(dtype));
+    CAPTURE(name(l));
+    CAPTURE(name(p));
+    auto cpu = make_list(dtype, l, p, 31);
+    std::vector<at::Tensor> cuda, cuda_check;
+    for (auto& g : cpu) {
+      cuda.push_back(to_cuda_view(g));
+      cuda_check.push_back(to_cuda_view(g));
+    }
+    // The inverse scale as a device tensor: read by the kernel, never by the host.
+    at::Tensor inv = at::full({1}, 0.375f, at::TensorOptions().device(at::kCUDA));
+    at::Tensor found = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+    at::Tensor found_check = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
+    at::Tensor found_cpu = at::zeros({}, at::kFloat);
+    k::unscale_and_check(cuda, inv, found);
+    k::check_finite(cuda_check, found_check);
+    k::unscale_and_check(cpu, 0.375f, found_cpu);
+    CHECK(found.item<float>() == expected_flag(p));
+    CHECK(found_check.item<float>() == expected_flag(p));
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      CHECK(cuda[i].strides() == cpu[i].strides());
+      CHECK(same_values(flat_storage(to_cpu_view(cuda[i])), flat_storage(cpu[i])));
+    }
+  });
 }
 
 TEST_CASE("CUDA tensors: move_grads_and_unscale into contiguous, transposed and sliced masters") {
