@@ -125,6 +125,9 @@ struct IterationState {
 };
 
 struct optimizer_state {
+  // Not an aggregate: in C++20 (LibTorch 2.x) an aggregate whose first member is a typed handle
+  // would look constructible from the actor pointer to CAF, which then fails to compile.
+  optimizer_state() = default;
   scale_keeper_actor keeper;
   GradScalerOptions opts;
   std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
