@@ -186,8 +186,11 @@ struct DeviceView {
       rows.push_back({dev_data() + r * host.stride(0) * host.element_size(), host.size(1), type});
     return rows;
   }
-  /// Copies the device storage back into the host tensor's storage.
-  void download() { buf.download(host.storage().data()); }
+  /// Copies the device storage back into the host tensor's storage. Its base address comes from
+  /// data_ptr(): LibTorch 2.x's Storage::data() is const (mutable_data() did not exist in 1.13).
+  void download() {
+    buf.download(static_cast<char*>(host.data_ptr()) - host.storage_offset() * host.element_size());
+  }
 };
 
 float read_flag(const DeviceBuffer& flag) {
