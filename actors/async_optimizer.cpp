@@ -28,6 +28,8 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
                                 std::to_string(options_.optimizer_threads));
   if (options_.swap_weights && options_.staleness != 1)
     throw std::invalid_argument("AsyncOptimizer: swap_weights needs staleness 1");
+  if (options_.defer_grad_move && options_.staleness != 1)
+    throw std::invalid_argument("AsyncOptimizer: defer_grad_move needs staleness 1");
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i) {
     const at::Tensor& p = model_[i];
@@ -99,6 +101,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
     });
     return;
   }
+  if (options_.defer_grad_move) return step_deferred(opt, std::move(grads), std::move(fn));
   // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
   // fn, whose result (a) publishes to the model.
   scaler_.run_on_optimizer([&] {
@@ -124,6 +127,36 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
         copy_to_spare();
       },
       /*may_unscale=*/false);
+}
+
+void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                                   std::function<void()> fn) {
+  // The job owns the grads from here: the next backward writes fresh ones, never these.
+  for (at::Tensor& p : model_)
+    p.mutable_grad() = at::Tensor();
+  // (a), waited for: FIFO, so the previous job (its move, fn and, with swap_weights, the spare's
+  // fill) has ended and the weights it made are the model's before the next forward.
+  scaler_.run_on_optimizer([&] {
+    if (options_.swap_weights)
+      swap_in();
+    else
+      copy_to_model();
+  });
+  // (b) then fn, not waited for. The trainer counts the move's unscale now, so under the exact
+  // policy the next scale() waits for the move's inf check only, never for fn.
+  scaler_.submit(
+      [this, &opt, grads = std::move(grads), fn = std::move(fn)] {
+        // The spare is filled even when the move or fn fails, as in step().
+        try {
+          JobContext::current()->move_and_unscale_(opt, grads, masters_);
+          if (fn) fn();
+        } catch (...) {
+          if (options_.swap_weights) copy_to_spare();
+          throw;
+        }
+        if (options_.swap_weights) copy_to_spare();
+      },
+      /*may_unscale=*/false, /*counted_unscales=*/1);
 }
 
 void AsyncOptimizer::sync() {

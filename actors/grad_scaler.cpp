@@ -442,14 +442,21 @@ void GradScaler::load_state_dict(const StateDict& sd) {
   m.ask_for_scale = true;
 }
 
-void GradScaler::submit(std::function<void()> fn, bool may_unscale) {
+void GradScaler::submit(std::function<void()> fn, bool may_unscale, std::int32_t counted_unscales) {
   Impl& m = *impl_;
   m.require_main("submit");
   if (!fn) throw std::invalid_argument("GradScaler.submit(): empty function");
+  if (counted_unscales < 0 || (may_unscale && counted_unscales != 0))
+    throw std::invalid_argument(
+        "GradScaler.submit(): counted_unscales must be >= 0, and 0 unless may_unscale is false; "
+        "got " +
+        std::to_string(counted_unscales));
   const float s = m.opts.enabled ? m.ensure_scale() : 1.0f;
   m.flush_close();
-  caf::anon_send(m.actors.optimizer, StepJob{m.k, s, std::move(fn), m.epoch(), may_unscale});
+  caf::anon_send(m.actors.optimizer,
+                 StepJob{m.k, s, std::move(fn), m.epoch(), may_unscale, counted_unscales});
   if (may_unscale) m.async_in_k = true;
+  if (m.opts.enabled) m.known_unscales += counted_unscales;
 }
 
 void GradScaler::run_on_optimizer(const std::function<void()>& fn) {

@@ -5,7 +5,9 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <algorithm>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,11 +26,12 @@ JobContext* JobContext::current() noexcept {
 }
 
 JobContext::JobContext(iteration_t k, float scale, bool enabled, bool may_unscale,
-                       caf::actor_id runner, StepTracker& tracker)
+                       std::int32_t counted_unscales, caf::actor_id runner, StepTracker& tracker)
     : k_(k),
       scale_(scale),
       enabled_(enabled),
       may_unscale_(may_unscale),
+      counted_(counted_unscales),
       runner_(runner),
       tracker_(tracker) {
   outer_ = current_job;
@@ -46,21 +49,19 @@ float inverse(float scale) {
 }
 }  // namespace
 
-namespace {
-void refuse_late_unscale(bool may_unscale, const StepTracker& tracker,
-                         const torch::optim::Optimizer& opt) {
-  if (!may_unscale && tracker.stage(opt) == OptState::ready)
+void JobContext::refuse_late_unscale(const torch::optim::Optimizer& opt) const {
+  // The unscales counted in advance are this job's to make; any beyond them would come too late.
+  if (!may_unscale_ && unscales_ >= counted_ && tracker_.stage(opt) == OptState::ready)
     throw ScalerError(errc::invalid_gradients,
                       "this step job may not unscale an optimizer: its iteration's unscales were "
                       "already counted (in a pipeline step the grad move unscales; step only the "
                       "optimizer over the pipeline's masters)");
 }
-}  // namespace
 
 bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
                                    const std::vector<at::Tensor>& model_grads,
                                    std::vector<at::Tensor>& masters) {
-  refuse_late_unscale(may_unscale_, tracker_, opt);
+  refuse_late_unscale(opt);
   if (!enabled_) {
     // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
     StepTracker plain(true);
@@ -75,7 +76,7 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
 
 bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   if (!enabled_) return false;
-  refuse_late_unscale(may_unscale_, tracker_, opt);
+  refuse_late_unscale(opt);
   const bool found = tracker_.unscale_(opt, inverse(scale_));
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found);
@@ -90,7 +91,7 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
     return out;
   }
   if (closure) throw ScalerError(errc::closure_unsupported, texts::closure_unsupported);
-  refuse_late_unscale(may_unscale_, tracker_, opt);
+  refuse_late_unscale(opt);
   const optimizer_id id = optimizer_id_of(opt);
   // The unscale is reported before opt.step() runs: if that throws, the inf checks stand, as in
   // torch, and the keeper still hears of them.
@@ -152,8 +153,8 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 class Job final : public JobContext {
  public:
   Job(optimizer_ptr self, const StepJob& job, IterationState& it)
-      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale, self->id(),
-                   it.tracker),
+      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale,
+                   job.may_unscale ? 0 : job.counted_unscales, self->id(), it.tracker),
         self_(self),
         it_(it) {}
 
@@ -188,16 +189,34 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
       [=](StepJob& job) -> caf::result<JobDone> {
         auto& st = self->state;
         IterationState& it = open_iteration(st, job.k);
+        // Unscales the trainer counted in advance that this job did not make: tell the keeper
+        // now, or the update waiting for them never applies.
+        const std::int32_t counted =
+            job.may_unscale || !st.opts.enabled ? 0 : std::max(job.counted_unscales, 0);
+        auto release_counted = [&](std::int32_t made) {
+          if (made < counted) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
+        };
         if (st.cancel_epoch && job.epoch < st.cancel_epoch->load()) {
           ++it.cancelled;
+          release_counted(0);
           return make_error(errc::cancelled, texts::cancelled);
         }
         // No exception leaves the handler: a failing job fails its iteration, not the actor.
         errc code = errc::step_failed;
         std::string what;
+        std::int32_t made = 0;
         try {
           Job ctx(self, job, it);
+          struct Count {  // what the job made, however it ends
+            std::int32_t& out;
+            const Job& ctx;
+            ~Count() { out = ctx.unscales(); }
+          } count{made, ctx};
           if (job.fn) job.fn();
+          if (ctx.unscales() < counted)
+            throw ScalerError(errc::invalid_gradients,
+                              "a step job counted to make " + std::to_string(counted) +
+                                  " unscale(s) made " + std::to_string(ctx.unscales()));
           return JobDone{job.k, ctx.unscales()};
         } catch (const ScalerError& e) {
           code = e.code();
@@ -208,6 +227,7 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
           what = "unknown exception in a step job";
         }
         record_failure(it, code, what);
+        release_counted(made);
         return make_error(code, what);
       },
       [=](CloseIteration c) {

@@ -138,7 +138,10 @@ bool ready(const keeper_state& st, const UpdateScale& u) {
   if (u.expected_unscales == unscales_from_optimizer) return st.closed.count(u.k) != 0;
   auto it = st.unscales.find(u.k);
   const std::int32_t got = it == st.unscales.end() ? 0 : it->second.count;
-  return got >= u.expected_unscales;
+  if (got >= u.expected_unscales) return true;
+  // A job whose unscales were counted in advance failed before making them: they never come.
+  const auto closed = st.closed.find(u.k);
+  return closed != st.closed.end() && closed->second.abandoned;
 }
 
 void apply_update(keeper_ptr self, const UpdateScale& u) {

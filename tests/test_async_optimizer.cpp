@@ -12,6 +12,7 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mean.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/sum.h>
 #include <ATen/ops/tanh.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -119,28 +120,39 @@ TEST_CASE("staleness 0, exact policy: parameters equal synchronous torch bit for
 
 TEST_CASE("staleness 1: iteration k runs on the weights of step k-2, fn overlaps") {
   const int n = 12;
-  bool swap = false;  // each SUBCASE runs the test case once more
+  bool swap = false, defer = false;  // each SUBCASE runs the test case once more
   SUBCASE("copying the weights") {}
   SUBCASE("swapping the weights") {
     swap = true;
   }
+  SUBCASE("copying the weights, deferred grad move") {
+    defer = true;
+  }
+  SUBCASE("swapping the weights, deferred grad move") {
+    swap = defer = true;
+  }
   CAPTURE(swap);
+  CAPTURE(defer);
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
   AsyncOptimizerOptions o;
   o.swap_weights = swap;
+  o.defer_grad_move = defer;
   AsyncOptimizer pipe(model.p, scaler, o);
   CHECK(pipe.staleness() == 1);
   torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
   std::vector<at::Tensor> used(n), after_step(n);
   for (iteration_t k = 0; k < n; ++k) {
     used[std::size_t(k)] = model.p[0].detach().clone();  // the weights this forward runs on
-    model.zero_grad();
+    if (!defer) model.zero_grad();
     scaler.scale(model.loss(k, false)).backward();
     pipe.step(opt, [&, k] {
       scaler.step(opt);
       after_step[std::size_t(k)] = pipe.optim_parameters()[0].detach().clone();
     });
+    // Deferred, the step took the grads: the next backward starts from none.
+    for (const at::Tensor& p : model.p)
+      CHECK(p.grad().defined() == !defer);
     scaler.update();
   }
   pipe.sync();
@@ -259,4 +271,115 @@ TEST_CASE("swap_weights: a failing fn is reported once and the weights still fol
   CHECK(used_two_later.equal(after_failed_step));
   for (std::size_t i = 0; i < model.p.size(); ++i)
     CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
+}
+
+namespace {
+
+/// Parameters, scale and skips of n staleness-1 iterations (overflow at poisoned ones).
+struct Run {
+  std::vector<at::Tensor> params;
+  double scale = 0;
+  int skipped = 0;
+};
+
+Run run_staleness_1(bool swap, bool defer, ScalePolicy policy, int n) {
+  Mlp model;
+  GradScaler scaler(opts(1024, 2, 0.5, 3), policy);
+  AsyncOptimizerOptions o;
+  o.swap_weights = swap;
+  o.defer_grad_move = defer;
+  AsyncOptimizer pipe(model.p, scaler, o);
+  torch::optim::Adam opt(pipe.optim_parameters(), torch::optim::AdamOptions(1e-2));
+  for (iteration_t k = 0; k < n; ++k) {
+    model.zero_grad();
+    scaler.scale(model.loss(k, poisoned(k))).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });
+    scaler.update();
+  }
+  pipe.sync();
+  Run r;
+  for (iteration_t k = 0; k < n; ++k)
+    r.skipped += scaler.wait_result(k).skipped();
+  r.scale = scaler.get_scale();
+  for (const at::Tensor& p : model.p)
+    r.params.push_back(p.detach().clone());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("defer_grad_move: the same training, bit for bit, as the waited grad move") {
+  // The exact policy only: the lagged one's scales depend on timing by design.
+  const int n = 30;
+  for (bool swap : {false, true}) {
+    CAPTURE(swap);
+    const Run waited = run_staleness_1(swap, false, ScalePolicy::exact, n);
+    const Run deferred = run_staleness_1(swap, true, ScalePolicy::exact, n);
+    CHECK(waited.skipped >= n / 7);  // the poisoned iterations overflowed and were skipped
+    CHECK(deferred.skipped == waited.skipped);
+    CHECK(deferred.scale == waited.scale);
+    for (std::size_t i = 0; i < waited.params.size(); ++i)
+      CHECK(deferred.params[i].equal(waited.params[i]));
+  }
+}
+
+TEST_CASE("defer_grad_move: fn may not unscale, a failed move abandons its update only") {
+  CHECK_THROWS_AS(
+      [] {
+        Mlp model;
+        GradScaler scaler(opts(256, 2, 0.5, 1000));
+        AsyncOptimizerOptions o;
+        o.staleness = 0;
+        o.defer_grad_move = true;
+        AsyncOptimizer pipe(model.p, scaler, o);
+      }(),
+      std::invalid_argument);
+  for (bool swap : {false, true}) {
+    CAPTURE(swap);
+    Mlp model;
+    GradScaler scaler(opts(256, 2, 0.5, 1));  // each clean update doubles the scale
+    AsyncOptimizerOptions o;
+    o.swap_weights = swap;
+    o.defer_grad_move = true;
+    AsyncOptimizer pipe(model.p, scaler, o);
+    torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+    torch::optim::SGD other(model.p, torch::optim::SGDOptions(0.05));
+    std::vector<std::string> errors;
+    auto attempt = [&](auto&& f) {
+      try {
+        f();
+      } catch (const std::exception& e) {
+        errors.push_back(e.what());
+      }
+    };
+    // Iteration 0: fn unscales an optimizer of its own: refused (the move spent the count), but
+    // the move's clean unscale still makes update 0.
+    scaler.scale(model.loss(0, false)).backward();
+    pipe.step(opt, [&] { scaler.unscale_(other); });
+    attempt([&] { scaler.update(); });
+    attempt([&] { scaler.sync(); });
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].find("may not unscale") != std::string::npos);
+    CHECK(scaler.get_scale() == 512.0);
+    // Iteration 1: the move itself fails (a gradient of the wrong shape): update 1 changes nothing.
+    at::Tensor before = pipe.optim_parameters()[0].detach().clone();
+    scaler.scale(model.loss(1, false)).backward();
+    model.p[0].mutable_grad() = at::ones({3});
+    pipe.step(opt, [&] { scaler.step(opt); });
+    attempt([&] { scaler.update(); });
+    attempt([&] { scaler.sync(); });
+    REQUIRE(errors.size() == 2);
+    CHECK(errors[1].find("does not have its master's shape") != std::string::npos);
+    CHECK(scaler.get_scale() == 512.0);
+    CHECK(pipe.optim_parameters()[0].equal(before));
+    // Iteration 2 trains on; the model follows the masters, the spare included.
+    scaler.scale(model.loss(2, false)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });
+    scaler.update();
+    pipe.sync();
+    CHECK(scaler.get_scale() == 1024.0);
+    CHECK_FALSE(pipe.optim_parameters()[0].equal(before));
+    for (std::size_t i = 0; i < model.p.size(); ++i)
+      CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
+  }
 }

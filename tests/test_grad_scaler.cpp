@@ -173,6 +173,54 @@ TEST_CASE("get_scale: the main thread's iteration versus the job's own scale") {
   CHECK(seen_in_job.load() == 1024.0);  // the job: the scale its gradients were made with
 }
 
+TEST_CASE("submit with counted unscales: update applies on the job's unscale, not its end") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));  // each clean update doubles the scale
+  Net net;
+  CHECK_THROWS_AS(scaler.submit([] {}, true, 1), std::invalid_argument);
+  CHECK_THROWS_AS(scaler.submit([] {}, false, -1), std::invalid_argument);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  scaler.scale(at::ones({1}));
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  scaler.submit(
+      [&] {
+        scaler.unscale_(*net.opt);  // the counted unscale
+        gate.wait();                // the rest of the job (the optimizer math) still runs
+        scaler.step(*net.opt);
+      },
+      /*may_unscale=*/false, /*counted_unscales=*/1);
+  scaler.update();
+  // Exact policy: iteration 1's scale is update 0's result, which came from the unscale alone.
+  scaler.scale(at::ones({1}));
+  CHECK(scaler.get_scale() == 256.0);
+  release.set_value();
+  scaler.update(256.0);
+  scaler.sync();
+  CHECK(scaler.wait_result(0).steps.size() == 1);
+  CHECK_FALSE(scaler.wait_result(0).failed);
+
+  // A counted job cancelled before it ran: the update it was counted for changes nothing, and
+  // nothing waits for the unscale that never comes.
+  std::promise<void> release2;
+  std::shared_future<void> gate2 = release2.get_future().share();
+  std::promise<void> started;
+  scaler.scale(at::ones({1}));
+  scaler.submit(
+      [&] {
+        started.set_value();
+        gate2.wait();
+      },
+      false);  // update() then knows the count: the counted job's one unscale
+  scaler.submit([&] { scaler.step(*net.opt); }, false, 1);
+  scaler.update();
+  started.get_future().wait();
+  scaler.cancel();
+  release2.set_value();
+  scaler.sync();
+  CHECK(scaler.wait_result(2).cancelled_jobs == 1);
+  CHECK(scaler.get_scale() == 256.0);
+}
+
 TEST_CASE("misuse on the main thread: torch's texts, nothing changes") {
   GradScaler scaler(opts(128, 2, 0.5, 1));
   Net net;

@@ -263,3 +263,93 @@ TEST_CASE("a subscriber with steps=false hears IterationDone but no StepResult")
                    });
   CHECK(heard == std::vector<std::string>{"IterationDone"});
 }
+
+TEST_CASE("counted unscales: the update applies on the job's own unscale, no further one") {
+  // opts(128, 2, 0.5, 1): a clean update grows the scale to 256.
+  OptFixture f;
+  Model m, other;
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  m.grad(1.0f);
+  other.grad(1.0f);
+  // The trainer counted the job's one unscale in advance: its update waits for that alone.
+  f.send(UpdateScale{0, 1, false, 0});
+  f.send(ScaleRequest{1});
+  CHECK(f.idle());
+  std::string refused;
+  StepJob job{0, 128.0f, [&] {
+                JobContext::current()->step(m.opt);  // the counted unscale
+                try {
+                  JobContext::current()->unscale_(other.opt);  // one more comes too late
+                } catch (const ScalerError& e) {
+                  refused = e.what();
+                }
+              }};
+  job.may_unscale = false;
+  job.counted_unscales = 1;
+  f.send_to(f.optimizer, job);
+  CHECK(refused.find("may not unscale") != std::string::npos);
+  REQUIRE(f.take<StepResult>());
+  auto done = f.take<JobDone>();
+  REQUIRE(done);
+  CHECK(done->unscales == 1);
+  std::optional<ScaleReply> r;
+  for (int i = 0; i < 4 && !r; ++i)
+    r = f.take<ScaleReply>();
+  REQUIRE(r);
+  CHECK(r->scale == 256.0f);
+  CHECK(m.w[0].item<float>() == -1.0f / 128.0f);
+  CHECK(other.w.grad()[0].item<float>() == 1.0f);  // never unscaled
+}
+
+TEST_CASE("counted unscales not made: the keeper hears at once and the update changes nothing") {
+  enum class How { throws, returns_short, cancelled };
+  for (How how : {How::throws, How::returns_short, How::cancelled}) {
+    CAPTURE(int(how));
+    OptFixture f;
+    Model m;
+    f.send(ScaleRequest{0});
+    f.take<ScaleReply>();
+    m.grad(1.0f);
+    f.send(UpdateScale{0, 1, false, 0});
+    StepJob job{0, 128.0f, [&] {
+                  if (how == How::throws) throw std::runtime_error("move failed");
+                }};
+    job.may_unscale = false;
+    job.counted_unscales = 1;
+    if (how == How::cancelled) f.epoch->store(1);
+    f.send_to(f.optimizer, job);
+    CHECK_FALSE(f.take<JobDone>());
+    REQUIRE(f.last_error);
+    const ScalerError e = to_exception(f.last_error);
+    if (how == How::throws) CHECK(std::string(e.what()) == "move failed");
+    if (how == How::returns_short)
+      CHECK(std::string(e.what()) == "a step job counted to make 1 unscale(s) made 0");
+    if (how == How::cancelled) CHECK(e.code() == errc::cancelled);
+    // No CloseIteration yet: the optimizer told the keeper when the job ended.
+    auto p = f.params(1);
+    CHECK(p.applied_through == 0);
+    CHECK(p.scale == 128.0);
+    CHECK(p.growth_tracker == 0);
+    f.send_to(f.optimizer, CloseIteration{0, false});
+    auto d = f.take<IterationDone>();
+    REQUIRE(d);
+    CHECK((d->failed || d->cancelled_jobs == 1));
+  }
+}
+
+TEST_CASE("counted unscales with a disabled scaler ask for nothing") {
+  GradScalerOptions o;
+  o.enabled = false;
+  OptFixture f(o);
+  Model m;
+  m.grad(3.0f);
+  StepJob job{0, 1.0f, [&] { JobContext::current()->step(m.opt); }};
+  job.may_unscale = false;
+  job.counted_unscales = 1;
+  f.send_to(f.optimizer, job);
+  auto done = f.take<JobDone>();
+  REQUIRE(done);
+  CHECK(done->unscales == 0);
+  CHECK(m.w[0].item<float>() == -3.0f);
+}

@@ -9,6 +9,7 @@
 // therefore runs on the weights of step k-1 and fn overlaps its forward/backward; with staleness 0
 // it waits for fn as well and copies the result back: plain synchronous training. swap_weights
 // moves (a) out of the wait: fn's job fills a spare copy of the weights and (a) swaps it in.
+// defer_grad_move moves (b) out of it: step() takes the grads and (b) runs in fn's job.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,6 +42,12 @@ struct AsyncOptimizerOptions {
   /// or data pointers of a parameter kept across steps go stale (the parameter tensors
   /// themselves, e.g. model->parameters(), stay valid).
   bool swap_weights = false;
+  /// Staleness 1 only: step() takes the model's gradients away (each parameter's grad() is
+  /// undefined when it returns, so the next backward allocates fresh ones, as after
+  /// zero_grad(set_to_none)) and the grad move runs in fn's job, overlapped with the next
+  /// forward. The trainer then waits only for (a), and under the exact policy for the move's inf
+  /// check in the next scale(); with swap_weights as well, step() waits for nothing but the swap.
+  bool defer_grad_move = false;
 };
 
 class AsyncOptimizer {
@@ -60,7 +67,8 @@ class AsyncOptimizer {
 
   /// Iteration k's step for `opt`, an optimizer over optim_parameters(). fn runs on the optimizer
   /// thread and normally calls scaler.step(opt) (it may not unscale: the grad move did). The
-  /// model's grads may be zeroed as soon as this returns.
+  /// model's grads may be zeroed as soon as this returns (with defer_grad_move they are already
+  /// gone).
   void step(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// Waits for every queued step and brings the model's weights up to date with the masters.
   void sync();
@@ -75,6 +83,9 @@ class AsyncOptimizer {
   /// swap_weights: the spare weights (the newest step) become the model's, in the waited job.
   void swap_in();
   std::vector<at::Tensor> model_grads() const;
+  /// step() with defer_grad_move.
+  void step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                     std::function<void()> fn);
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;

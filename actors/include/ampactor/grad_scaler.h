@@ -103,7 +103,11 @@ class GradScaler {
   /// may_unscale=false: fn only steps optimizers already unscaled in this iteration (e.g. by
   /// run_on_optimizer), so update() knows the unscale count and never waits for fn; an unscale
   /// inside fn is refused.
-  void submit(std::function<void()> fn, bool may_unscale = true);
+  /// counted_unscales (with may_unscale=false): fn unscales exactly this many optimizers itself
+  /// (e.g. a deferred grad move). update() counts them in advance, so the keeper applies the
+  /// update as soon as they arrive, not when fn ends; any further unscale in fn is refused. If fn
+  /// fails (or is cancelled) before making them, the iteration's update changes nothing.
+  void submit(std::function<void()> fn, bool may_unscale = true, std::int32_t counted_unscales = 0);
   /// Runs fn as a step job of the current iteration on the optimizer thread and waits for it. An
   /// exception from fn is rethrown here as it was thrown.
   void run_on_optimizer(const std::function<void()>& fn);

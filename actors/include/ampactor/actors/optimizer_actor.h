@@ -74,17 +74,22 @@ class JobContext {
   JobContext& operator=(const JobContext&) = delete;
 
  protected:
-  JobContext(iteration_t k, float scale, bool enabled, bool may_unscale, caf::actor_id runner,
-             StepTracker& tracker);
+  /// counted_unscales: with may_unscale false, how many unscales the trainer counted in advance
+  /// for this job; it may make that many.
+  JobContext(iteration_t k, float scale, bool enabled, bool may_unscale,
+             std::int32_t counted_unscales, caf::actor_id runner, StepTracker& tracker);
   virtual ~JobContext();
   virtual void report_unscale(optimizer_id opt, bool found_inf) = 0;
   virtual void report_step(const StepResult& r) = 0;
 
  private:
+  void refuse_late_unscale(const torch::optim::Optimizer& opt) const;
+
   iteration_t k_;
   float scale_;
   bool enabled_;
   bool may_unscale_;
+  std::int32_t counted_;
   caf::actor_id runner_;
   StepTracker& tracker_;
   std::int32_t unscales_ = 0;

@@ -67,7 +67,8 @@ inline constexpr std::int32_t unscales_from_optimizer = -1;
 
 /// optimizer -> keeper, after the last job of iteration k: `unscales` UnscaleDone{k} were sent
 /// before this. abandoned: a job failed or was cancelled, so update k changes nothing (as in
-/// torch, where the exception keeps update() from being called).
+/// torch, where the exception keeps update() from being called). Also sent, abandoned, as soon as
+/// a job with counted_unscales fails short of them (the update then waits for no more).
 struct IterationClosed {
   iteration_t k = 0;
   std::int32_t unscales = 0;
@@ -92,6 +93,11 @@ struct StepJob {
   /// false: the trainer has already counted this iteration's unscales, so the job may step
   /// optimizers that are unscaled but may not unscale another one (it would come too late).
   bool may_unscale = true;
+  /// With may_unscale false: the trainer counted this many unscales of this job in advance (a
+  /// deferred grad move), so the job must make exactly that many. One that fails, is cancelled
+  /// or ends with fewer tells the keeper at once (IterationClosed, abandoned) so that the update
+  /// it waits for is not held up forever.
+  std::int32_t counted_unscales = 0;
 };
 
 /// optimizer -> trainer: a job ran to the end. unscales: how many UnscaleDone{k} it sent.
