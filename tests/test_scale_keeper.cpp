@@ -59,6 +59,36 @@ TEST_CASE("two optimizers reporting in either order: one update, after both") {
   }
 }
 
+TEST_CASE("a known count short of its reports: an abandoned IterationClosed releases the update") {
+  for (bool close_first : {true, false}) {
+    CAPTURE(close_first);
+    Fixture f(opts(128, 2, 0.5, 1));
+    f.send(ScaleRequest{0});
+    f.take<ScaleReply>();
+    if (close_first) f.send(IterationClosed{0, 1, true});
+    f.send(UpdateScale{0, 2, false, 0});
+    f.send(UnscaleDone{0, 1, true, 128.0f});
+    f.send(ScaleRequest{1});
+    if (!close_first) {
+      CHECK(f.idle());  // one of two reports: waits
+      f.send(IterationClosed{0, 1, true});
+    }
+    auto r = f.take<ScaleReply>();
+    REQUIRE(r);
+    CHECK(r->scale == 128.0f);  // abandoned: the inf found changes nothing
+    // A closed iteration that is not abandoned releases nothing: the count still rules.
+    f.send(UpdateScale{1, 1, false, 0});
+    f.send(IterationClosed{1, 1, false});
+    f.send(GetParams{1, true});
+    CHECK(f.idle());
+    f.send(UnscaleDone{1, 1, false, 128.0f});
+    auto p = f.take<ScaleParams>();
+    REQUIRE(p);
+    CHECK(p->applied_through == 1);
+    CHECK(p->scale == 256.0);
+  }
+}
+
 TEST_CASE("getters: up_to_date waits for earlier updates, otherwise answers at once") {
   Fixture f(opts(128, 2, 0.5, 1));
   f.send(ScaleRequest{0});
