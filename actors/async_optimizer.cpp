@@ -146,9 +146,10 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
   // policy the next scale() waits for the move's inf check only, never for fn.
   scaler_.submit(
       [this, &opt, grads = std::move(grads), fn = std::move(fn)] {
-        // The spare is filled even when the move or fn fails, as in step().
+        // The spare is filled even when the move or fn fails, as in step(). The grads are the
+        // job's alone: fp32 ones become the masters' grads without a copy.
         try {
-          JobContext::current()->move_and_unscale_(opt, grads, masters_);
+          JobContext::current()->move_and_unscale_(opt, grads, masters_, /*adopt=*/true);
           if (fn) fn();
         } catch (...) {
           if (options_.swap_weights) copy_to_spare();

@@ -60,15 +60,15 @@ void JobContext::refuse_late_unscale(const torch::optim::Optimizer& opt) const {
 
 bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
                                    const std::vector<at::Tensor>& model_grads,
-                                   std::vector<at::Tensor>& masters) {
+                                   std::vector<at::Tensor>& masters, bool adopt) {
   refuse_late_unscale(opt);
   if (!enabled_) {
     // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
     StepTracker plain(true);
-    plain.move_and_unscale_(opt, model_grads, masters, 1.0f);
+    plain.move_and_unscale_(opt, model_grads, masters, 1.0f, adopt);
     return false;
   }
-  const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_));
+  const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found);
   return found;

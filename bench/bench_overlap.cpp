@@ -236,6 +236,7 @@ struct Mode {
   // takes alone, then an SGD step. It does not compete with forward+backward for memory, as a
   // host optimizer beside a GPU trainer does not, so it shows what the pipeline itself overlaps.
   bool in_cache_step = false;
+  bool defer = false;  // AsyncOptimizerOptions::defer_grad_move
 };
 
 /// Busy the core for `ms` with a matmul whose operands stay in its own cache.
@@ -268,7 +269,7 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
   } else {
     scaler = std::make_unique<GradScaler>(so, m.policy);
     pipe = std::make_unique<AsyncOptimizer>(
-        params, *scaler, AsyncOptimizerOptions{m.staleness, at::kFloat, 1, m.swap});
+        params, *scaler, AsyncOptimizerOptions{m.staleness, at::kFloat, 1, m.swap, m.defer});
     if (m.in_cache_step)
       opt = std::make_unique<torch::optim::SGD>(pipe->optim_parameters(),
                                                 torch::optim::SGDOptions(1e-4));
@@ -312,7 +313,13 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
 struct Config {
   std::string kind;
   std::int64_t vocab, tokens, dim, hidden, batch;  // batch 0: fitted
+  // What forward+backward is balanced against when the batch is fitted: "adam", the Adam step
+  // alone; "step", the synchronous pipeline's whole step (grad move, Adam, weight copy, hand-offs),
+  // which is what a synchronous trainer waits for after its backward.
+  std::string balance = "step";
 };
+
+const Mode kSyncMode{"sync", "pipeline, staleness 0 (synchronous)", 0, ScalePolicy::exact};
 
 /// One workload: fit the batch, probe the costs alone and together, run every mode interleaved
 /// over the rounds, print the table and return the figures.
@@ -320,26 +327,40 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
   auto make = [&](std::int64_t b) {
     return Workload(c.kind, c.vocab, c.tokens, c.dim, c.hidden, b);
   };
-  // Choose the batch: forward+backward grows about linearly with it, Adam does not. Fit the line
-  // through two batches and solve for forward+backward = Adam.
+  // Choose the batch: forward+backward grows about linearly with it, the optimizer side does not.
+  // Fit the line through two batches and solve for forward+backward = the balanced cost.
   std::int64_t b = c.batch;
   const int reps = quick ? 3 : 7;
+  auto sync_step_ms = [&](const Workload& w) {
+    std::vector<double> st;
+    for (int i = 0; i < 3; ++i)
+      st.push_back(run(w, kSyncMode, quick ? 5 : 20, warmup, 0).step_ms);
+    return median_of(st);
+  };
   if (b == 0) {
     // The embedding workload costs less per row (a narrow input), so its second point is further.
     const std::int64_t b1 = 8, b2 = c.kind == "embed" ? 512 : 128;
     const auto [f1, o1] = cost_ms(make(b1), reps);
     const auto [f2, o2] = cost_ms(make(b2), reps);
     const double slope = (f2 - f1) / double(b2 - b1);
-    const double o = 0.5 * (o1 + o2);
+    const double o = c.balance == "adam" ? 0.5 * (o1 + o2) : sync_step_ms(make(b1));
     b = slope > 0 ? std::int64_t(double(b1) + (o - f1) / slope + 0.5) : b1;
     b = std::clamp<std::int64_t>(b, 1, 1 << 16);
   }
   const Workload w = make(b);
   const auto [fb_ms, opt_ms] = cost_ms(w, reps);
+  const double step_ms_sync = sync_step_ms(w);
   const auto [fb_conc_ms, opt_conc_ms] = concurrent_cost_ms(w, 4 * reps);
   std::cout << "\n== workload " << c.kind << ": " << w.describe() << ", Adam, exact policy\n"
+            << "batch " << (c.batch ? "given" : "fitted") << ", balance " << c.balance
+            << ": forward+backward against "
+            << (c.balance == "adam" ? "the Adam step alone"
+                                    : "the synchronous pipeline's whole step")
+            << "\n"
             << "alone on one thread: forward+backward " << std::fixed << std::setprecision(2)
             << fb_ms << " ms, Adam step " << opt_ms << " ms (ratio " << opt_ms / fb_ms << ")\n"
+            << "synchronous pipeline's step (grad move, Adam, weight copy, hand-offs): "
+            << step_ms_sync << " ms (ratio " << step_ms_sync / fb_ms << ")\n"
             << "both at once, one on each core: forward+backward " << fb_conc_ms
             << " ms, Adam step " << opt_conc_ms << " ms (" << fb_conc_ms / fb_ms << "x and "
             << opt_conc_ms / opt_ms << "x alone)\n"
@@ -347,14 +368,20 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
 
   const std::vector<Mode> modes = {
       {"local", "LocalGradScaler, no pipeline (reference)", -1, ScalePolicy::exact},
-      {"sync", "pipeline, staleness 0 (synchronous)", 0, ScalePolicy::exact},
+      kSyncMode,
       {"async", "pipeline, staleness 1 (asynchronous)", 1, ScalePolicy::exact},
       {"async_lagged", "pipeline, staleness 1, lagged policy", 1, ScalePolicy::lagged},
       {"async_swap", "pipeline, staleness 1, swap_weights", 1, ScalePolicy::exact, true},
+      {"async_defer", "pipeline, staleness 1, defer_grad_move", 1, ScalePolicy::exact, false, false,
+       true},
+      {"async_defer_swap", "pipeline, staleness 1, defer + swap", 1, ScalePolicy::exact, true,
+       false, true},
       {"sync_in_cache", "control: sync, in-cache optimizer step", 0, ScalePolicy::exact, false,
        true},
       {"async_in_cache", "control: async, in-cache optimizer step", 1, ScalePolicy::exact, false,
        true},
+      {"async_defer_swap_in_cache", "control: defer + swap, in-cache step", 1, ScalePolicy::exact,
+       true, true, true},
   };
   std::vector<std::vector<Timing>> got(modes.size());
   for (int r = 0; r < rounds; ++r) {
@@ -371,6 +398,8 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
               {"dim", w.dim},
               {"hidden", w.hidden},
               {"batch", b},
+              {"balance", c.balance},
+              {"sync_pipeline_step_ms", step_ms_sync},
               {"parameters", w.params()},
               {"forward_backward_ms", fb_ms},
               {"adam_step_ms", opt_ms},
@@ -419,7 +448,8 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
     return r;
   };
   std::cout << "\n";
-  for (std::size_t m : {index("async"), index("async_swap")}) {
+  for (std::size_t m :
+       {index("async"), index("async_swap"), index("async_defer"), index("async_defer_swap")}) {
     const auto rs = ratio_to_sync(m, index("sync"));
     const double ratio = median_of(rs);
     const double wait = scale_share[m];
@@ -438,10 +468,13 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
               << "%: " << (wait <= kWaitGoalShare ? "met" : "NOT met") << ")\n";
   }
   const auto control = ratio_to_sync(index("async_in_cache"), index("sync_in_cache"));
+  const auto control_ds = ratio_to_sync(index("async_defer_swap_in_cache"), index("sync_in_cache"));
   res["control_async_over_sync"] = median_of(control);
   res["control_async_over_sync_rounds"] = control;
+  res["control_defer_swap_over_sync"] = median_of(control_ds);
+  res["control_defer_swap_over_sync_rounds"] = control_ds;
   std::cout << "control (in-cache optimizer step, no competition for memory): async / sync "
-            << median_of(control) << "\n";
+            << median_of(control) << ", defer + swap / sync " << median_of(control_ds) << "\n";
   return res;
 }
 
@@ -462,9 +495,15 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", mlp.hidden, "mlp: the MLP's hidden width")
       ->check(CLI::Range(8, 1 << 16));
   app.add_option("--batch", mlp.batch,
-                 "mlp: rows per iteration (0: chosen so Adam costs about as much "
-                 "as forward+backward)")
+                 "mlp: rows per iteration (0: fitted so that forward+backward costs about as "
+                 "much as --balance says)")
       ->check(CLI::Range(0, 1 << 20));
+  std::string balance = "step";
+  app.add_option("--balance", balance,
+                 "what a fitted batch balances forward+backward against: step (the synchronous "
+                 "pipeline's whole optimizer step: grad move, Adam, weight copy; the default) or "
+                 "adam (the Adam step alone)")
+      ->check(CLI::IsMember({"step", "adam"}));
   app.add_option("--vocab", emb.vocab, "embed: the table's rows")->check(CLI::Range(16, 1 << 26));
   app.add_option("--embed-dim", emb.dim, "embed: the table's width (the MLP's input width)")
       ->check(CLI::Range(8, 1 << 16));
@@ -509,6 +548,7 @@ int main(int argc, char** argv) {
               {"torch", TORCH_VERSION},
               {"hardware_threads", std::thread::hardware_concurrency()},
               {"machine", machine_probe()}};
+  mlp.balance = emb.balance = balance;
   for (const Config& c : {mlp, emb})
     if (workload == "all" || workload == c.kind)
       res["workloads"][c.kind] = bench_workload(c, rounds, iters, warmup, quick);

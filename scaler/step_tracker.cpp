@@ -66,16 +66,27 @@ bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   return rec.any_found_inf();
 }
 
+namespace {
+/// A gradient the caller handed over that nobody else can see (no other tensor or view shares
+/// it), already fp32 and dense on the master's device: unscaling it in place and installing it
+/// as the master's gradient is the move without the copy.
+bool adoptable(const at::Tensor& g, const at::Tensor& master) {
+  return g.scalar_type() == at::kFloat && g.device() == master.device() && g.is_contiguous() &&
+         !g.requires_grad() && g.use_count() == 1 && g.storage().use_count() == 1;
+}
+}  // namespace
+
 bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
                                     const std::vector<at::Tensor>& model_grads,
-                                    std::vector<at::Tensor>& masters, float inv_scale) {
+                                    std::vector<at::Tensor>& masters, float inv_scale, bool adopt) {
   auto it = records_.find(&opt);
   check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
   if (model_grads.size() != masters.size())
     throw ScalerError(errc::invalid_gradients,
                       "move_and_unscale_: " + std::to_string(model_grads.size()) +
                           " model gradients for " + std::to_string(masters.size()) + " masters");
-  std::vector<at::Tensor> from, to;
+  std::vector<at::Tensor> from, to, adopted;
+  std::vector<char> adopt_it(masters.size(), 0);
   for (std::size_t i = 0; i < masters.size(); ++i) {
     const at::Tensor& g = model_grads[i];
     if (!g.defined()) continue;
@@ -83,27 +94,36 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
       throw ScalerError(errc::invalid_gradients, "move_and_unscale_: model gradient " +
                                                      std::to_string(i) +
                                                      " does not have its master's shape");
-    from.push_back(g);
+    if (adopt && adoptable(g, masters[i])) {
+      adopt_it[i] = 1;
+      adopted.push_back(g);
+    } else {
+      from.push_back(g);
+    }
   }
   const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
   at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
   // Check everything (dtypes, devices) on fresh master grads before any is installed.
   for (std::size_t i = 0; i < masters.size(); ++i) {
-    if (!model_grads[i].defined()) continue;
+    if (!model_grads[i].defined() || adopt_it[i]) continue;
     at::Tensor mg = masters[i].grad();
     if (!mg.defined() || mg.sizes() != masters[i].sizes() || mg.scalar_type() != at::kFloat)
       mg = at::empty(masters[i].sizes(), masters[i].options().dtype(at::kFloat));
     to.push_back(mg);
   }
   try {
+    // The move first: if it refuses its input, no adopted gradient has been touched.
     kernels::move_grads_and_unscale(from, to, inv_scale, f);
+    kernels::unscale_and_check(adopted, inv_scale, f);
   } catch (const std::invalid_argument& e) {
     throw ScalerError(errc::invalid_gradients, e.what());
   }
-  std::size_t j = 0;
+  std::size_t j = 0, a = 0;
   for (std::size_t i = 0; i < masters.size(); ++i) {
     if (!model_grads[i].defined())
       masters[i].mutable_grad() = at::Tensor();  // no gradient: the optimizer skips it
+    else if (adopt_it[i])
+      masters[i].mutable_grad() = adopted[a++];
     else
       masters[i].mutable_grad() = to[j++];
   }

@@ -6,6 +6,7 @@
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
 #include <ampactor/scaler/local_grad_scaler.h>
+#include <ampactor/scaler/step_tracker.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/from_blob.h>
@@ -146,10 +147,18 @@ TEST_CASE("staleness 1: iteration k runs on the weights of step k-2, fn overlaps
     used[std::size_t(k)] = model.p[0].detach().clone();  // the weights this forward runs on
     if (!defer) model.zero_grad();
     scaler.scale(model.loss(k, false)).backward();
+    const void* grad_memory = model.p[0].grad().data_ptr();
+    const void* master_grad_memory = nullptr;
     pipe.step(opt, [&, k] {
+      master_grad_memory = pipe.optim_parameters()[0].grad().data_ptr();
       scaler.step(opt);
       after_step[std::size_t(k)] = pipe.optim_parameters()[0].detach().clone();
     });
+    if (defer) {
+      // The job owns the fp32 grads: the master took this one over without a copy.
+      scaler.run_on_optimizer([] {});
+      CHECK(master_grad_memory == grad_memory);
+    }
     // Deferred, the step took the grads: the next backward starts from none.
     for (const at::Tensor& p : model.p)
       CHECK(p.grad().defined() == !defer);
@@ -381,5 +390,55 @@ TEST_CASE("defer_grad_move: fn may not unscale, a failed move abandons its updat
     CHECK_FALSE(pipe.optim_parameters()[0].equal(before));
     for (std::size_t i = 0; i < model.p.size(); ++i)
       CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
+  }
+}
+
+TEST_CASE("grad move with adopt: sole fp32 grads are unscaled in place and kept, others copied") {
+  for (bool poison : {false, true}) {
+    CAPTURE(poison);
+    std::vector<at::Tensor> masters;
+    for (int i = 0; i < 5; ++i)
+      masters.push_back(at::zeros({6, 4}).set_requires_grad(true));
+    torch::optim::SGD opt(masters, torch::optim::SGDOptions(0.1));
+    at::Tensor big = seeded({12, 4}, 30);
+    std::vector<at::Tensor> grads = {
+        seeded({6, 4}, 31),                // sole, fp32, contiguous: adopted
+        seeded({6, 4}, 32),                // the caller keeps a reference: copied
+        seeded({4, 6}, 33).t(),            // transposed: copied
+        seeded({6, 4}, 34).to(at::kHalf),  // fp16: converted
+        big.narrow(0, 3, 6),               // a view of a tensor kept elsewhere: copied
+    };
+    if (poison) grads[0][1][2].fill_(INFINITY);
+    const at::Tensor kept = grads[1];
+    std::vector<at::Tensor> expect;
+    std::vector<const void*> before;
+    for (const at::Tensor& g : grads) {
+      expect.push_back(g.to(at::kFloat) * 0.25f);
+      before.push_back(g.data_ptr());
+    }
+    const at::Tensor kept_before = kept.clone(), big_before = big.clone();
+    StepTracker tracker(true);
+    CHECK(tracker.move_and_unscale_(opt, grads, masters, 0.25f, /*adopt=*/true) == poison);
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(masters[i].grad().defined());
+      CHECK((masters[i].grad().scalar_type() == at::kFloat));
+      CHECK(masters[i].grad().equal(expect[i]));  // inf stays inf
+      CHECK((masters[i].grad().data_ptr() == before[i]) == (i == 0));
+    }
+    CHECK(kept.equal(kept_before));  // what the caller still holds is untouched
+    CHECK(big.equal(big_before));
+    // Without adopt nothing is taken over.
+    std::vector<at::Tensor> masters2;
+    for (int i = 0; i < 1; ++i)
+      masters2.push_back(at::zeros({6, 4}).set_requires_grad(true));
+    torch::optim::SGD opt2(masters2, torch::optim::SGDOptions(0.1));
+    std::vector<at::Tensor> g2 = {seeded({6, 4}, 35)};
+    const void* p2 = g2[0].data_ptr();
+    const at::Tensor g2_before = g2[0].clone();
+    StepTracker t2(true);
+    t2.move_and_unscale_(opt2, g2, masters2, 0.25f);
+    CHECK(masters2[0].grad().data_ptr() != p2);
+    CHECK(g2[0].equal(g2_before));
   }
 }

@@ -62,9 +62,10 @@ class JobContext {
   StepOutcome step(torch::optim::Optimizer& opt,
                    const std::function<at::Tensor()>& closure = nullptr);
   /// The pipeline's unscale: model grads moved into the masters' grads (fp32), unscaled with
-  /// this job's scale and checked in one pass; recorded and reported as unscale_ is.
+  /// this job's scale and checked in one pass; recorded and reported as unscale_ is. adopt: see
+  /// StepTracker::move_and_unscale_.
   bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                         std::vector<at::Tensor>& masters);
+                         std::vector<at::Tensor>& masters, bool adopt = false);
   OptState stage(const torch::optim::Optimizer& opt) const;
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
   /// UnscaleDone messages sent by this job so far.

@@ -48,8 +48,11 @@ class StepTracker {
   /// The asynchronous pipeline's unscale: model_grads[i] (any float dtype; undefined = no grad)
   /// moved into masters[i].grad() as fp32, unscaled by `inv_scale` and checked in one pass, for
   /// the optimizer `opt` that owns the masters. Same stage rules and record as unscale_.
+  /// adopt: the caller hands the model grads over. One that is fp32, contiguous, on its master's
+  /// device and referenced by nothing else (no other tensor or view) is unscaled in place and
+  /// becomes the master's gradient: no copy. The others are moved as usual.
   bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                         std::vector<at::Tensor>& masters, float inv_scale);
+                         std::vector<at::Tensor>& masters, float inv_scale, bool adopt = false);
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. Refuses a second
   /// step() and an optimizer without gradients. A refused call changes nothing. `on_unscaled`
   /// hears of an unscale done here before opt.step() runs (which may throw).
