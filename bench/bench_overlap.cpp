@@ -346,6 +346,16 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
     const double o = c.balance == "adam" ? 0.5 * (o1 + o2) : sync_step_ms(make(b1));
     b = slope > 0 ? std::int64_t(double(b1) + (o - f1) / slope + 0.5) : b1;
     b = std::clamp<std::int64_t>(b, 1, 1 << 16);
+    // Two points far apart fit the line only roughly (this machine's timings drift): check at
+    // the chosen batch and correct along the slope while the two sides differ by over 10%.
+    for (int i = 0; i < 2 && slope > 0 && !quick; ++i) {
+      const Workload at_b = make(b);
+      const auto [fb, adam] = cost_ms(at_b, reps);
+      const double target = c.balance == "adam" ? adam : sync_step_ms(at_b);
+      if (std::abs(fb - target) <= 0.1 * target) break;
+      b = std::clamp<std::int64_t>(std::int64_t(double(b) + (target - fb) / slope + 0.5), 1,
+                                   1 << 16);
+    }
   }
   const Workload w = make(b);
   const auto [fb_ms, opt_ms] = cost_ms(w, reps);

@@ -156,9 +156,12 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   } else {
     scaler = std::make_unique<ampactor::GradScaler>(so, policy, trace_file(s, mode));
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
+    // Asynchronous runs take everything but the weight swap off the trainer's path (the same
+    // numbers as without; README "The asynchronous pipeline").
     pipe = std::make_unique<ampactor::AsyncOptimizer>(
         model.parameters(), *scaler,
-        ampactor::AsyncOptimizerOptions{async ? 1 : 0, at::kFloat, /*optimizer_threads=*/1});
+        ampactor::AsyncOptimizerOptions{async ? 1 : 0, at::kFloat, /*optimizer_threads=*/1,
+                                        /*swap_weights=*/async, /*defer_grad_move=*/async});
     opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
                                                torch::optim::AdamOptions(s.lr));
   }
