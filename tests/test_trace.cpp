@@ -585,6 +585,56 @@ TEST_CASE("GradScaler with a trace_path records a run that replays identically")
   CHECK(overflow);
 }
 
+TEST_CASE("counted step jobs that fail short of their unscale record and replay identically") {
+  const fs::path path = scratch() / "counted.jsonl";
+  GradScalerOptions o;
+  o.init_scale = 4096;
+  o.growth_interval = 2;
+  test::Workload w;
+  int errors = 0;
+  {
+    GradScaler scaler(o, ScalePolicy::exact, path.string());
+    test::Net a;
+    for (iteration_t k = 0; k < 16; ++k) {
+      try {
+        scaler.scale(at::ones({1}));
+        const float s = float(scaler.get_scale());
+        scaler.submit(
+            [&a, &scaler, g = w.grads(k, s), k] {
+              if (k % 4 == 2) throw std::runtime_error("the move failed");
+              a.set_grads(g);
+              scaler.step(*a.opt);
+            },
+            /*may_unscale=*/false, /*counted_unscales=*/1);
+        scaler.update();
+      } catch (const std::runtime_error&) {
+        ++errors;
+      }
+    }
+    try {
+      scaler.sync();
+    } catch (const std::runtime_error&) {
+      ++errors;
+    }
+  }
+  CHECK(errors == 4);
+  const Trace t = read_trace(path.string());
+  const ReplayResult r = replay_trace(t);
+  CHECK(r.identical);
+  CHECK(r.matched == t.events.size());
+  const auto closed = all_of<IterationClosed>(t);
+  REQUIRE(closed.size() == 4);
+  for (const auto& c : closed) {
+    CHECK(c.abandoned);
+    CHECK(c.k % 4 == 2);
+  }
+  int abandoned = 0;
+  for (const auto& u : all_of<UpdateApplied>(t))
+    abandoned += u.abandoned;
+  CHECK(abandoned == 4);
+  CHECK(all_of<UpdateApplied>(t).size() == 16);
+}
+
 TEST_CASE("GradScaler refuses a trace path it cannot create") {
   CHECK_THROWS_AS(GradScaler(GradScalerOptions{}, ScalePolicy::exact,
                              (scratch() / "no-such-dir" / "t.jsonl").string()),
