@@ -2,6 +2,10 @@
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
 
+#include <caf/atom.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -42,6 +46,9 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
                            .set_requires_grad(true));
     if (options_.swap_weights) spare_.push_back(p.detach().clone());
   }
+  if (options_.defer_grad_move && options_.swap_weights)
+    waiter_ = std::make_unique<caf::scoped_actor>(
+        caf::actor_cast<caf::actor>(scaler_.actors().optimizer).home_system());
   if (const int n = options_.optimizer_threads; n > 0)
     scaler_.run_on_optimizer([n] {
       // LibTorch sets each thread's team size lazily from a process-wide value on first use;
@@ -129,38 +136,86 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
       /*may_unscale=*/false);
 }
 
+namespace {
+
+using spare_atom = caf::atom_constant<caf::atom("spare")>;
+
+/// Tells the trainer's mailbox, once, whether a job filled the spare weights. A job dropped
+/// unrun (cancel) says "not filled" when its closure is destroyed, so nobody waits forever.
+struct SpareNotice {
+  explicit SpareNotice(caf::actor who) : to(std::move(who)) {}
+  SpareNotice(const SpareNotice&) = delete;
+  SpareNotice& operator=(const SpareNotice&) = delete;
+  ~SpareNotice() { send(false); }
+  void send(bool filled) {
+    if (sent) return;
+    sent = true;
+    caf::anon_send(to, spare_atom::value, filled);
+  }
+  caf::actor to;
+  bool sent = false;
+};
+
+}  // namespace
+
+void AsyncOptimizer::take_spare() {
+  // With defer_grad_move the trainer swaps itself: the job that filled the spare said so in a
+  // message, so the swap costs no round trip to the optimizer thread, and none at all when the
+  // job ended during the forward/backward.
+  bool filled = true;  // no job pending: the spare already holds the masters' weights
+  if (spare_pending_) {
+    (*waiter_)->receive([&](spare_atom, bool f) { filled = f; });
+    spare_pending_ = false;
+  }
+  if (filled) {
+    swap_in();
+    return;
+  }
+  scaler_.run_on_optimizer([&] {  // the job was dropped unrun: take the masters as they are
+    copy_to_model();
+    copy_to_spare();
+  });
+}
+
 void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
                                    std::function<void()> fn) {
   // The job owns the grads from here: the next backward writes fresh ones, never these.
   for (at::Tensor& p : model_)
     p.mutable_grad() = at::Tensor();
-  // (a), waited for: FIFO, so the previous job (its move, fn and, with swap_weights, the spare's
-  // fill) has ended and the weights it made are the model's before the next forward.
-  scaler_.run_on_optimizer([&] {
-    if (options_.swap_weights)
-      swap_in();
-    else
-      copy_to_model();
-  });
+  // (a): the previous job's weights become the model's before the next forward.
+  if (options_.swap_weights)
+    take_spare();
+  else
+    scaler_.run_on_optimizer([&] { copy_to_model(); });  // FIFO: after the previous job
+  std::shared_ptr<SpareNotice> notice;
+  if (options_.swap_weights) {
+    notice = std::make_shared<SpareNotice>(caf::actor{*waiter_});
+    spare_pending_ = true;  // exactly one word comes, even if submit() throws
+  }
   // (b) then fn, not waited for. The trainer counts the move's unscale now, so under the exact
   // policy the next scale() waits for the move's inf check only, never for fn.
   scaler_.submit(
-      [this, &opt, grads = std::move(grads), fn = std::move(fn)] {
+      [this, &opt, grads = std::move(grads), fn = std::move(fn), notice = std::move(notice)] {
         // The spare is filled even when the move or fn fails, as in step(). The grads are the
         // job's alone: fp32 ones become the masters' grads without a copy.
         try {
           JobContext::current()->move_and_unscale_(opt, grads, masters_, /*adopt=*/true);
           if (fn) fn();
         } catch (...) {
-          if (options_.swap_weights) copy_to_spare();
+          if (notice) copy_to_spare(), notice->send(true);
           throw;
         }
-        if (options_.swap_weights) copy_to_spare();
+        if (notice) copy_to_spare(), notice->send(true);
       },
       /*may_unscale=*/false, /*counted_unscales=*/1);
 }
 
 void AsyncOptimizer::sync() {
+  if (waiter_) {
+    take_spare();                                        // the newest weights are the model's
+    scaler_.run_on_optimizer([&] { copy_to_spare(); });  // both buffers equal
+    return;
+  }
   scaler_.run_on_optimizer([&] {
     if (options_.swap_weights)
       swap_in(), copy_to_spare();  // both buffers equal: the next step may swap again

@@ -21,6 +21,7 @@
 #include <torch/optim/sgd.h>
 
 #include <cmath>
+#include <future>
 #include <random>
 
 #include "scale_options.h"
@@ -441,4 +442,60 @@ TEST_CASE("grad move with adopt: sole fp32 grads are unscaled in place and kept,
     CHECK(masters2[0].grad().data_ptr() != p2);
     CHECK(g2[0].equal(g2_before));
   }
+}
+
+TEST_CASE(
+    "defer_grad_move + swap_weights: a step job dropped by cancel() neither hangs nor loses") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1));  // each clean update doubles the scale
+  AsyncOptimizerOptions o;
+  o.swap_weights = o.defer_grad_move = true;
+  AsyncOptimizer pipe(model.p, scaler, o);
+  torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+  int stepped = 0;
+  // Iteration 0 steps normally.
+  scaler.scale(model.loss(0, false)).backward();
+  pipe.step(opt, [&] {
+    scaler.step(opt);
+    ++stepped;
+  });
+  scaler.update();
+  // Iteration 1: its step job waits behind a gated job and is cancelled before it runs.
+  std::promise<void> started, release;
+  std::shared_future<void> gate = release.get_future().share();
+  scaler.scale(model.loss(1, false)).backward();
+  scaler.submit(
+      [&] {
+        started.set_value();
+        gate.wait();
+      },
+      /*may_unscale=*/false);
+  pipe.step(opt, [&] {
+    scaler.step(opt);
+    ++stepped;
+  });
+  scaler.update();
+  started.get_future().wait();
+  scaler.cancel();
+  release.set_value();
+  const at::Tensor after_step_0 = [&] {
+    scaler.sync();
+    return pipe.optim_parameters()[0].detach().clone();
+  }();
+  CHECK(stepped == 1);
+  CHECK(scaler.wait_result(1).cancelled_jobs == 1);
+  CHECK(scaler.get_scale() == 512.0);  // update 0 doubled it; the dropped update 1 changed nothing
+  // Iteration 2: the dropped job's spare was never filled; step() takes the masters instead.
+  scaler.scale(model.loss(2, false)).backward();
+  pipe.step(opt, [&] {
+    scaler.step(opt);
+    ++stepped;
+  });
+  CHECK(model.p[0].equal(after_step_0));  // the forward of iteration 3 runs on step 0's weights
+  scaler.update();
+  pipe.sync();
+  CHECK(stepped == 2);
+  CHECK(scaler.get_scale() == 1024.0);
+  for (std::size_t i = 0; i < model.p.size(); ++i)
+    CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
 }

@@ -15,7 +15,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
+
+namespace caf {
+class scoped_actor;
+}
 
 namespace torch::optim {
 class Optimizer;
@@ -86,12 +91,18 @@ class AsyncOptimizer {
   /// step() with defer_grad_move.
   void step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
                      std::function<void()> fn);
+  /// defer_grad_move + swap_weights, on the trainer: waits for the last job's word that the
+  /// spare is filled, then swaps it in (or, if the job was dropped unrun, copies the masters).
+  void take_spare();
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;
   std::vector<at::Tensor> spare_;  // swap_weights: the buffer the model does not use now
   GradScaler& scaler_;
   AsyncOptimizerOptions options_;
+  // defer_grad_move + swap_weights: the mailbox where each job says the spare is filled.
+  std::unique_ptr<caf::scoped_actor> waiter_;
+  bool spare_pending_ = false;  // a job's word is still to come
 };
 
 }  // namespace ampactor
