@@ -18,6 +18,7 @@
 #include <ATen/ops/tanh.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <cmath>
@@ -71,18 +72,27 @@ bool poisoned(iteration_t k) {
 
 }  // namespace
 
-TEST_CASE("staleness 0, exact policy: parameters equal synchronous torch bit for bit") {
+namespace {
+/// SGD, Adam or AdamW over `params` (AdamW with its decoupled weight decay on).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
+                                                        const std::vector<at::Tensor>& params) {
+  if (kind == "adam")
+    return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
+  if (kind == "adamw")
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05));
+}
+}  // namespace
+
+TEST_CASE("staleness 0, exact policy: SGD, Adam and AdamW equal synchronous torch bit for bit") {
   const int n = 60;
-  for (bool adam : {false, true}) {
-    CAPTURE(adam);
+  for (const char* kind : {"sgd", "adam", "adamw"}) {
+    CAPTURE(std::string(kind));
     const GradScalerOptions o = opts(1024, 2, 0.5, 4);
     // The reference: the optimizer directly on the model's parameters, torch's scaler.
     Mlp ref;
-    std::unique_ptr<torch::optim::Optimizer> ref_opt;
-    if (adam)
-      ref_opt = std::make_unique<torch::optim::Adam>(ref.p, torch::optim::AdamOptions(1e-2));
-    else
-      ref_opt = std::make_unique<torch::optim::SGD>(ref.p, torch::optim::SGDOptions(0.05));
+    std::unique_ptr<torch::optim::Optimizer> ref_opt = make_optimizer(kind, ref.p);
     LocalGradScaler ls(o);
     for (iteration_t k = 0; k < n; ++k) {
       ref.zero_grad();
@@ -94,13 +104,7 @@ TEST_CASE("staleness 0, exact policy: parameters equal synchronous torch bit for
     Mlp model;
     GradScaler scaler(o);
     AsyncOptimizer pipe(model.p, scaler, AsyncOptimizerOptions{0});
-    std::unique_ptr<torch::optim::Optimizer> opt;
-    if (adam)
-      opt = std::make_unique<torch::optim::Adam>(pipe.optim_parameters(),
-                                                 torch::optim::AdamOptions(1e-2));
-    else
-      opt = std::make_unique<torch::optim::SGD>(pipe.optim_parameters(),
-                                                torch::optim::SGDOptions(0.05));
+    std::unique_ptr<torch::optim::Optimizer> opt = make_optimizer(kind, pipe.optim_parameters());
     int skipped = 0;
     for (iteration_t k = 0; k < n; ++k) {
       model.zero_grad();
