@@ -152,9 +152,9 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 /// The JobContext of one job: reports go out as messages from the optimizer actor.
 class Job final : public JobContext {
  public:
-  Job(optimizer_ptr self, const StepJob& job, IterationState& it)
-      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale,
-                   job.may_unscale ? 0 : job.counted_unscales, self->id(), it.tracker),
+  Job(optimizer_ptr self, const StepJob& job, IterationState& it, std::int32_t counted)
+      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale, counted, self->id(),
+                   it.tracker),
         self_(self),
         it_(it) {}
 
@@ -189,12 +189,13 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
       [=](StepJob& job) -> caf::result<JobDone> {
         auto& st = self->state;
         IterationState& it = open_iteration(st, job.k);
-        // Unscales the trainer counted in advance that this job did not make: tell the keeper
-        // now, or the update waiting for them never applies.
-        const std::int32_t counted =
-            job.may_unscale || !st.opts.enabled ? 0 : std::max(job.counted_unscales, 0);
+        // Unscales the trainer counted in advance (the job may make that many). Those it does
+        // not make the keeper hears of at once, or the update waiting for them never applies;
+        // a disabled scaler reports none and owes none.
+        const std::int32_t counted = job.may_unscale ? 0 : std::max(job.counted_unscales, 0);
+        const std::int32_t owed = st.opts.enabled ? counted : 0;
         auto release_counted = [&](std::int32_t made) {
-          if (made < counted) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
+          if (made < owed) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
         };
         if (st.cancel_epoch && job.epoch < st.cancel_epoch->load()) {
           ++it.cancelled;
@@ -204,18 +205,12 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         // No exception leaves the handler: a failing job fails its iteration, not the actor.
         errc code = errc::step_failed;
         std::string what;
-        std::int32_t made = 0;
+        Job ctx(self, job, it, counted);
         try {
-          Job ctx(self, job, it);
-          struct Count {  // what the job made, however it ends
-            std::int32_t& out;
-            const Job& ctx;
-            ~Count() { out = ctx.unscales(); }
-          } count{made, ctx};
           if (job.fn) job.fn();
-          if (ctx.unscales() < counted)
+          if (ctx.unscales() < owed)
             throw ScalerError(errc::invalid_gradients,
-                              "a step job counted to make " + std::to_string(counted) +
+                              "a step job counted to make " + std::to_string(owed) +
                                   " unscale(s) made " + std::to_string(ctx.unscales()));
           return JobDone{job.k, ctx.unscales()};
         } catch (const ScalerError& e) {
@@ -227,7 +222,7 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
           what = "unknown exception in a step job";
         }
         record_failure(it, code, what);
-        release_counted(made);
+        release_counted(ctx.unscales());
         return make_error(code, what);
       },
       [=](CloseIteration c) {

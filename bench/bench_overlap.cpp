@@ -337,13 +337,17 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
       st.push_back(run(w, kSyncMode, quick ? 5 : 20, warmup, 0).step_ms);
     return median_of(st);
   };
+  // What forward+backward should cost at the fitted batch, given the Adam step measured there.
+  auto balanced_ms = [&](const Workload& w, double adam_ms) {
+    return c.balance == "adam" ? adam_ms : sync_step_ms(w);
+  };
   if (b == 0) {
     // The embedding workload costs less per row (a narrow input), so its second point is further.
     const std::int64_t b1 = 8, b2 = c.kind == "embed" ? 512 : 128;
     const auto [f1, o1] = cost_ms(make(b1), reps);
     const auto [f2, o2] = cost_ms(make(b2), reps);
     const double slope = (f2 - f1) / double(b2 - b1);
-    const double o = c.balance == "adam" ? 0.5 * (o1 + o2) : sync_step_ms(make(b1));
+    const double o = balanced_ms(make(b1), 0.5 * (o1 + o2));
     b = slope > 0 ? std::int64_t(double(b1) + (o - f1) / slope + 0.5) : b1;
     b = std::clamp<std::int64_t>(b, 1, 1 << 16);
     // Two points far apart fit the line only roughly (this machine's timings drift): check at
@@ -351,7 +355,7 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
     for (int i = 0; i < 2 && slope > 0 && !quick; ++i) {
       const Workload at_b = make(b);
       const auto [fb, adam] = cost_ms(at_b, reps);
-      const double target = c.balance == "adam" ? adam : sync_step_ms(at_b);
+      const double target = balanced_ms(at_b, adam);
       if (std::abs(fb - target) <= 0.1 * target) break;
       b = std::clamp<std::int64_t>(std::int64_t(double(b) + (target - fb) / slope + 0.5), 1,
                                    1 << 16);

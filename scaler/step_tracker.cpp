@@ -85,8 +85,9 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
     throw ScalerError(errc::invalid_gradients,
                       "move_and_unscale_: " + std::to_string(model_grads.size()) +
                           " model gradients for " + std::to_string(masters.size()) + " masters");
-  std::vector<at::Tensor> from, to, adopted;
-  std::vector<char> adopt_it(masters.size(), 0);
+  // Each master's gradient after the call (undefined: none), and the kernels' lists. Nothing is
+  // installed before every check has passed.
+  std::vector<at::Tensor> dest(masters.size()), from, to, adopted;
   for (std::size_t i = 0; i < masters.size(); ++i) {
     const at::Tensor& g = model_grads[i];
     if (!g.defined()) continue;
@@ -95,22 +96,19 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
                                                      std::to_string(i) +
                                                      " does not have its master's shape");
     if (adopt && adoptable(g, masters[i])) {
-      adopt_it[i] = 1;
       adopted.push_back(g);
-    } else {
-      from.push_back(g);
+      dest[i] = g;
+      continue;
     }
-  }
-  const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
-  at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-  // Check everything (dtypes, devices) on fresh master grads before any is installed.
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    if (!model_grads[i].defined() || adopt_it[i]) continue;
     at::Tensor mg = masters[i].grad();
     if (!mg.defined() || mg.sizes() != masters[i].sizes() || mg.scalar_type() != at::kFloat)
       mg = at::empty(masters[i].sizes(), masters[i].options().dtype(at::kFloat));
+    from.push_back(g);
     to.push_back(mg);
+    dest[i] = mg;
   }
+  const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
+  at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
   try {
     // The move first: if it refuses its input, no adopted gradient has been touched.
     kernels::move_grads_and_unscale(from, to, inv_scale, f);
@@ -118,15 +116,8 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
   } catch (const std::invalid_argument& e) {
     throw ScalerError(errc::invalid_gradients, e.what());
   }
-  std::size_t j = 0, a = 0;
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    if (!model_grads[i].defined())
-      masters[i].mutable_grad() = at::Tensor();  // no gradient: the optimizer skips it
-    else if (adopt_it[i])
-      masters[i].mutable_grad() = adopted[a++];
-    else
-      masters[i].mutable_grad() = to[j++];
-  }
+  for (std::size_t i = 0; i < masters.size(); ++i)
+    masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = {{f.device(), f}};
   rec.stage = OptState::unscaled;

@@ -503,3 +503,33 @@ TEST_CASE(
   for (std::size_t i = 0; i < model.p.size(); ++i)
     CHECK(model.p[i].equal(pipe.optim_parameters()[i].detach()));
 }
+
+TEST_CASE("defer_grad_move with a disabled scaler: the grads move unscaled, as without it") {
+  std::vector<std::vector<at::Tensor>> got;
+  for (bool defer : {false, true}) {
+    CAPTURE(defer);
+    Mlp model;
+    GradScalerOptions o;
+    o.enabled = false;
+    GradScaler scaler(o);
+    AsyncOptimizerOptions po;
+    po.swap_weights = true;
+    po.defer_grad_move = defer;
+    AsyncOptimizer pipe(model.p, scaler, po);
+    torch::optim::Adam opt(pipe.optim_parameters(), torch::optim::AdamOptions(1e-2));
+    for (iteration_t k = 0; k < 6; ++k) {
+      model.zero_grad();
+      scaler.scale(model.loss(k, false)).backward();
+      pipe.step(opt, [&] { scaler.step(opt); });
+      scaler.update();
+    }
+    pipe.sync();
+    std::vector<at::Tensor> p;
+    for (const at::Tensor& t : model.p)
+      p.push_back(t.detach().clone());
+    got.push_back(p);
+  }
+  CHECK_FALSE(got[0][0].equal(Mlp().p[0].detach()));  // it trained
+  for (std::size_t i = 0; i < got[0].size(); ++i)
+    CHECK(got[1][i].equal(got[0][i]));
+}

@@ -51,7 +51,8 @@ struct AsyncOptimizerOptions {
   /// undefined when it returns, so the next backward allocates fresh ones, as after
   /// zero_grad(set_to_none)) and the grad move runs in fn's job, overlapped with the next
   /// forward. The trainer then waits only for (a), and under the exact policy for the move's inf
-  /// check in the next scale(); with swap_weights as well, step() waits for nothing but the swap.
+  /// check in the next scale(); with swap_weights as well, step() waits only for the previous
+  /// step's job, if it is still running, and swaps the buffers on the trainer's thread.
   bool defer_grad_move = false;
 };
 
@@ -85,7 +86,9 @@ class AsyncOptimizer {
   void copy_to_model();
   /// swap_weights: masters -> the spare weights, after fn.
   void copy_to_spare();
-  /// swap_weights: the spare weights (the newest step) become the model's, in the waited job.
+  /// swap_weights: the spare weights (the newest step) become the model's. Nothing else touches
+  /// them meanwhile: in the waited job, or with defer_grad_move on the trainer after the job's
+  /// word.
   void swap_in();
   std::vector<at::Tensor> model_grads() const;
   /// step() with defer_grad_move.
