@@ -65,6 +65,10 @@ const char* to_string(errc code) {
       return "cancelled";
     case errc::iteration_open:
       return "iteration_open";
+    case errc::protocol_misuse:
+      return "protocol_misuse";
+    case errc::bad_option:
+      return "bad_option";
   }
   return "unknown";
 }

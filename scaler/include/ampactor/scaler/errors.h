@@ -56,6 +56,12 @@ enum class errc : std::uint8_t {
   cancelled,
   /// A result was awaited for an iteration that update() has not closed yet (it would never come).
   iteration_open,
+  /// A message broke the protocol: e.g. a ScaleRequest{k} whose earlier iteration's update was
+  /// never sent, or a step job that unscales more optimizers than it was allowed to.
+  protocol_misuse,
+  /// A setter of the options (GradScalerOptions, AsyncOptimizerOptions, SubmitOptions...) or a
+  /// call's argument was given a value it cannot hold.
+  bad_option,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".
