@@ -119,7 +119,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
     JobContext::current()->move_and_unscale_(opt, grads, masters_);
   });
   if (!options_.swap_weights) {
-    if (fn) scaler_.submit(std::move(fn), /*may_unscale=*/false);
+    if (fn) scaler_.submit(std::move(fn), SubmitOptions().unscales(UnscalePermit::none()));
     return;
   }
   // The spare is filled even when fn fails, as the copy of the next step would have been.
@@ -133,7 +133,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
         }
         copy_to_spare();
       },
-      /*may_unscale=*/false);
+      SubmitOptions().unscales(UnscalePermit::none()));
 }
 
 namespace {
@@ -207,7 +207,7 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
         }
         if (notice) copy_to_spare(), notice->send(true);
       },
-      /*may_unscale=*/false, /*counted_unscales=*/1);
+      SubmitOptions().unscales(UnscalePermit::exactly(1)));
 }
 
 void AsyncOptimizer::sync() {

@@ -25,15 +25,9 @@ JobContext* JobContext::current() noexcept {
   return current_job;
 }
 
-JobContext::JobContext(iteration_t k, float scale, bool enabled, bool may_unscale,
-                       std::int32_t counted_unscales, caf::actor_id runner, StepTracker& tracker)
-    : k_(k),
-      scale_(scale),
-      enabled_(enabled),
-      may_unscale_(may_unscale),
-      counted_(counted_unscales),
-      runner_(runner),
-      tracker_(tracker) {
+JobContext::JobContext(iteration_t k, float scale, bool enabled, UnscalePermit permit,
+                       caf::actor_id runner, StepTracker& tracker)
+    : k_(k), scale_(scale), enabled_(enabled), permit_(permit), runner_(runner), tracker_(tracker) {
   outer_ = current_job;
   current_job = this;
 }
@@ -51,8 +45,9 @@ float inverse(float scale) {
 
 void JobContext::refuse_late_unscale(const torch::optim::Optimizer& opt) const {
   // The unscales counted in advance are this job's to make; any beyond them would come too late.
-  if (!may_unscale_ && unscales_ >= counted_ && tracker_.stage(opt) == OptState::ready)
-    throw ScalerError(errc::invalid_gradients,
+  if (permit_.kind() != UnscalePermit::Kind::any && unscales_ >= permit_.counted() &&
+      tracker_.stage(opt) == OptState::ready)
+    throw ScalerError(errc::protocol_misuse,
                       "this step job may not unscale an optimizer: its iteration's unscales were "
                       "already counted (in a pipeline step the grad move unscales; step only the "
                       "optimizer over the pipeline's masters)");
@@ -134,7 +129,7 @@ struct optimizer_state {
   std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
   std::map<iteration_t, IterationState> open;
   struct Subscriber {
-    caf::actor who;
+    trainer_actor who;
     bool steps;  // also every StepResult
   };
   std::vector<Subscriber> subscribers;
@@ -152,9 +147,8 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 /// The JobContext of one job: reports go out as messages from the optimizer actor.
 class Job final : public JobContext {
  public:
-  Job(optimizer_ptr self, const StepJob& job, IterationState& it, std::int32_t counted)
-      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale, counted, self->id(),
-                   it.tracker),
+  Job(optimizer_ptr self, const StepJob& job, IterationState& it)
+      : JobContext(job.k, job.scale, self->state.opts.enabled, job.permit, self->id(), it.tracker),
         self_(self),
         it_(it) {}
 
@@ -171,6 +165,17 @@ class Job final : public JobContext {
   optimizer_ptr self_;
   IterationState& it_;
 };
+
+/// One entry per subscriber: subscribing again only changes whether it hears every StepResult.
+void subscribe(optimizer_ptr self, trainer_actor who, bool steps) {
+  if (!who) return;
+  for (auto& s : self->state.subscribers)
+    if (s.who == who) {
+      s.steps = steps;
+      return;
+    }
+  self->state.subscribers.push_back({std::move(who), steps});
+}
 
 void record_failure(IterationState& it, errc code, std::string what) {
   if (it.failed) return;  // the first failure is the one reported
@@ -192,8 +197,7 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         // Unscales the trainer counted in advance (the job may make that many). Those it does
         // not make the keeper hears of at once, or the update waiting for them never applies;
         // a disabled scaler reports none and owes none.
-        const std::int32_t counted = job.may_unscale ? 0 : std::max(job.counted_unscales, 0);
-        const std::int32_t owed = st.opts.enabled ? counted : 0;
+        const std::int32_t owed = st.opts.enabled ? job.permit.counted() : 0;
         auto release_counted = [&](std::int32_t made) {
           if (made < owed) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
         };
@@ -205,11 +209,11 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         // No exception leaves the handler: a failing job fails its iteration, not the actor.
         errc code = errc::step_failed;
         std::string what;
-        Job ctx(self, job, it, counted);
+        Job ctx(self, job, it);
         try {
           if (job.fn) job.fn();
           if (ctx.unscales() < owed)
-            throw ScalerError(errc::invalid_gradients,
+            throw ScalerError(errc::protocol_misuse,
                               "a step job counted to make " + std::to_string(owed) +
                                   " unscale(s) made " + std::to_string(ctx.unscales()));
           return JobDone{job.k, ctx.unscales()};
@@ -241,11 +245,15 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         for (auto& s : st.subscribers)
           caf::anon_send(s.who, d);
       },
-      [=](subscribe_atom, caf::actor who) {
-        self->state.subscribers.push_back({std::move(who), true});
+      [=](subscribe_atom, trainer_actor who) { subscribe(self, std::move(who), true); },
+      [=](subscribe_atom, trainer_actor who, bool steps) {
+        subscribe(self, std::move(who), steps);
       },
-      [=](subscribe_atom, caf::actor who, bool steps) {
-        self->state.subscribers.push_back({std::move(who), steps});
+      [=](unsubscribe_atom, trainer_actor who) {
+        auto& subs = self->state.subscribers;
+        subs.erase(
+            std::remove_if(subs.begin(), subs.end(), [&](const auto& s) { return s.who == who; }),
+            subs.end());
       },
   };
 }
@@ -259,6 +267,16 @@ optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor
     return sys.spawn<caf::detached>(optimizer, std::move(keeper), opts,
                                     std::move(options.cancel_epoch));
   return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch));
+}
+
+void subscribe(const ScalerActors& actors, const trainer_actor& who) {
+  caf::anon_send(actors.optimizer, subscribe_atom::value, who);
+  caf::anon_send(actors.keeper, subscribe_atom::value, who);
+}
+
+void unsubscribe(const ScalerActors& actors, const trainer_actor& who) {
+  caf::anon_send(actors.optimizer, unsubscribe_atom::value, who);
+  caf::anon_send(actors.keeper, unsubscribe_atom::value, who);
 }
 
 ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,

@@ -4,13 +4,13 @@
 // the same tiny workload, and the keeper's message throughput. Not a test: it reports figures and
 // goals and never fails on them; it fails only when a measurement could not be trusted (an error
 // reply, or a keeper that did not apply every update it was sent).
-#include <ampactor/actors/replay.h>
 #include <ampactor/actors/scale_keeper.h>
-#include <ampactor/actors/trace.h>
 #include <ampactor/grad_scaler.h>
 #include <ampactor/messages/messages.h>
 #include <ampactor/messages/registry.h>
 #include <ampactor/scaler/local_grad_scaler.h>
+#include <ampactor/trace/replay.h>
+#include <ampactor/trace/trace.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/ones.h>
@@ -18,7 +18,9 @@
 #include <torch/optim/sgd.h>
 #include <torch/version.h>
 
+#include <ampactor/messages/config.h>
 #include <caf/actor_system.hpp>
+
 #include <caf/actor_system_config.hpp>
 #include <caf/config.hpp>
 #include <caf/event_based_actor.hpp>
@@ -59,11 +61,8 @@ constexpr double kLatencyGoalUs = 20.0;   // median ScaleRequest round trip
 constexpr double kOverheadGoalUs = 60.0;  // actor step() iteration minus LocalGradScaler's
 
 /// The config every actor system of this benchmark uses: the one GradScaler gives itself.
-struct BenchConfig : caf::actor_system_config {
-  BenchConfig() {
-    register_messages(*this);
-    set("scheduler.max-threads", std::size_t{2});
-  }
+struct BenchConfig : SystemConfig {
+  BenchConfig() { scheduler_threads(2); }
 };
 
 std::string fixed(double v, int prec = 1) {
@@ -495,12 +494,12 @@ json bench_throughput(const GradScalerOptions& opts, int n, int reps) {
       const auto t0 = Clock::now();
       for (iteration_t k = 0; k < n; ++k) {
         caf::anon_send(keeper, UnscaleDone{k, 1, false, scale});
-        caf::anon_send(keeper, UpdateScale{k, 1, false, 0});
+        caf::anon_send(keeper, UpdateScale{k, 1});
       }
       const double send_us = us_since(t0);
       ScaleParams p;
       caf::error err;
-      self->request(keeper, caf::infinite, GetParams{n, true})
+      self->request(keeper, caf::infinite, GetParams{true})
           .receive([&](const ScaleParams& r) { p = r; }, [&](caf::error& e) { err = e; });
       const double total_us = us_since(t0);
       if (err)
@@ -555,17 +554,17 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
     for (int rep = 0; rep < reps; ++rep) {
       for (bool on : {false, true}) {
         const fs::path file = dir / "blast.jsonl";
-        std::shared_ptr<TraceFile> sink;
-        if (on) sink = std::make_shared<TraceFile>(file.string());
+        std::shared_ptr<TraceRecorder> sink;
+        if (on) sink = record_trace(file.string());
         auto keeper = spawn_scale_keeper(sys, opts, ScalePolicy::exact, true, sink);
         const float scale = ask_scale(self, keeper, 0);
         const auto t0 = Clock::now();
         for (iteration_t k = 0; k < n; ++k) {
           caf::anon_send(keeper, UnscaleDone{k, 1, false, scale});
-          caf::anon_send(keeper, UpdateScale{k, 1, false, 0});
+          caf::anon_send(keeper, UpdateScale{k, 1});
         }
         ScaleParams p;
-        self->request(keeper, caf::infinite, GetParams{n, true})
+        self->request(keeper, caf::infinite, GetParams{true})
             .receive([&](const ScaleParams& r) { p = r; }, [&](caf::error&) {});
         const double us = us_since(t0) / n;
         if (p.applied_through != n - 1)
@@ -574,7 +573,9 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
         caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
         self->wait_for(keeper);
         if (sink) {
-          if (!sink->close()) throw std::runtime_error("trace bench: writing the trace failed");
+          // The keeper's exit closed the file (the recorder's stopped()).
+          if (!static_cast<TraceFile&>(*sink->sink()).ok())
+            throw std::runtime_error("trace bench: writing the trace failed");
           bytes = fs::file_size(file);
           fs::remove(file);
         }
@@ -611,8 +612,8 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
   {
     Tiny m_step_off(init, grads), m_step_on(init, grads), m_sub_off(init, grads),
         m_sub_on(init, grads);
-    GradScaler step_off(opts), step_on(opts, ScalePolicy::exact, step_trace);
-    GradScaler sub_off(opts), sub_on(opts, ScalePolicy::exact, submit_trace);
+    GradScaler step_off(opts), step_on(opts, ScalePolicy::exact, record_trace(step_trace));
+    GradScaler sub_off(opts), sub_on(opts, ScalePolicy::exact, record_trace(submit_trace));
     NoMarks none;
     std::vector<Loop> loops;
     loops.push_back(

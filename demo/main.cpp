@@ -3,6 +3,7 @@
 // asynchronous lagged). Writes a CSV per run, a summary, and a PNG plot.
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
+#include <ampactor/trace/trace.h>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -154,7 +155,9 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   if (fp32) {
     opt = std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(s.lr));
   } else {
-    scaler = std::make_unique<ampactor::GradScaler>(so, policy, trace_file(s, mode));
+    const std::string trace = trace_file(s, mode);
+    scaler = std::make_unique<ampactor::GradScaler>(
+        so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
     // numbers as without; README "The asynchronous pipeline").

@@ -1,3 +1,4 @@
+#include <ampactor/messages/config.h>
 #include <ampactor/messages/messages.h>
 #include <ampactor/messages/registry.h>
 
@@ -5,29 +6,6 @@
 #include <caf/make_message.hpp>
 
 namespace ampactor {
-
-StateDictMsg to_message(const StateDict& sd) {
-  StateDictMsg m;
-  if (sd.empty()) return m;
-  m.empty = false;
-  m.scale = sd.get_double("scale");
-  m.growth_factor = sd.get_double("growth_factor");
-  m.backoff_factor = sd.get_double("backoff_factor");
-  m.growth_interval = sd.get_int("growth_interval");
-  m.growth_tracker = sd.get_int("_growth_tracker");
-  return m;
-}
-
-StateDict from_message(const StateDictMsg& m) {
-  StateDict sd;
-  if (m.empty) return sd;
-  sd.set("scale", m.scale);
-  sd.set("growth_factor", m.growth_factor);
-  sd.set("backoff_factor", m.backoff_factor);
-  sd.set("growth_interval", m.growth_interval);
-  sd.set("_growth_tracker", m.growth_tracker);
-  return sd;
-}
 
 caf::error make_error(errc code) {
   return caf::error(static_cast<std::uint8_t>(code), error_category);
@@ -46,6 +24,15 @@ ScalerError to_exception(const caf::error& e) {
   return ScalerError(code, text.empty() ? std::string(to_string(code)) : text);
 }
 
+SystemConfig::SystemConfig() {
+  register_messages(*this);
+}
+
+SystemConfig& SystemConfig::scheduler_threads(std::size_t n) {
+  set("scheduler.max-threads", n);
+  return *this;
+}
+
 void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<ScaleRequest>("ampactor::ScaleRequest");
   cfg.add_message_type<ScaleReply>("ampactor::ScaleReply");
@@ -55,7 +42,11 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<UpdateApplied>("ampactor::UpdateApplied");
   cfg.add_message_type<ScaleParams>("ampactor::ScaleParams");
   cfg.add_message_type<GetParams>("ampactor::GetParams");
-  cfg.add_message_type<SetParam>("ampactor::SetParam");
+  cfg.add_message_type<SetGrowthFactor>("ampactor::SetGrowthFactor");
+  cfg.add_message_type<SetBackoffFactor>("ampactor::SetBackoffFactor");
+  cfg.add_message_type<SetGrowthInterval>("ampactor::SetGrowthInterval");
+  cfg.add_message_type<UpdateWhenClosed>("ampactor::UpdateWhenClosed");
+  cfg.add_message_type<SetScale>("ampactor::SetScale");
   cfg.add_message_type<StateDictMsg>("ampactor::StateDictMsg");
   cfg.add_message_type<GetStateDict>("ampactor::GetStateDict");
   cfg.add_message_type<LoadStateDict>("ampactor::LoadStateDict");

@@ -4,7 +4,7 @@
 
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/actors/scale_keeper.h>
-#include <ampactor/messages/registry.h>
+#include <ampactor/messages/config.h>
 
 #include <caf/all.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
@@ -13,11 +13,9 @@
 
 namespace ampactor::test {
 
-struct Config : caf::actor_system_config {
-  Config() {
-    register_messages(*this);
-    set("scheduler.policy", caf::atom("testing"));
-  }
+/// ampactor's config with CAF's deterministic scheduler (tests only).
+struct Config : SystemConfig {
+  Config() { set("scheduler.policy", caf::atom("testing")); }
 };
 
 struct Fixture {

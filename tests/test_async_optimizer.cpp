@@ -473,7 +473,7 @@ TEST_CASE(
         started.set_value();
         gate.wait();
       },
-      /*may_unscale=*/false);
+      SubmitOptions().unscales(UnscalePermit::none()));
   pipe.step(opt, [&] {
     scaler.step(opt);
     ++stepped;

@@ -176,8 +176,18 @@ TEST_CASE("get_scale: the main thread's iteration versus the job's own scale") {
 TEST_CASE("submit with counted unscales: update applies on the job's unscale, not its end") {
   GradScaler scaler(opts(128, 2, 0.5, 1));  // each clean update doubles the scale
   Net net;
-  CHECK_THROWS_AS(scaler.submit([] {}, true, 1), std::invalid_argument);
-  CHECK_THROWS_AS(scaler.submit([] {}, false, -1), std::invalid_argument);
+  // A count below 1 cannot be made; an empty job is refused as the README says: ScalerError.
+  auto code = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const ScalerError& e) {
+      return e.code();
+    }
+    return errc{};
+  };
+  CHECK(code([] { UnscalePermit::exactly(0); }) == errc::bad_option);
+  CHECK(code([] { UnscalePermit::exactly(-1); }) == errc::bad_option);
+  CHECK(code([&] { scaler.submit(nullptr); }) == errc::bad_option);
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   scaler.scale(at::ones({1}));
@@ -188,7 +198,7 @@ TEST_CASE("submit with counted unscales: update applies on the job's unscale, no
         gate.wait();                // the rest of the job (the optimizer math) still runs
         scaler.step(*net.opt);
       },
-      /*may_unscale=*/false, /*counted_unscales=*/1);
+      SubmitOptions().unscales(UnscalePermit::exactly(1)));
   scaler.update();
   // Exact policy: iteration 1's scale is update 0's result, which came from the unscale alone.
   scaler.scale(at::ones({1}));
@@ -210,8 +220,10 @@ TEST_CASE("submit with counted unscales: update applies on the job's unscale, no
         started.set_value();
         gate2.wait();
       },
-      false);  // update() then knows the count: the counted job's one unscale
-  scaler.submit([&] { scaler.step(*net.opt); }, false, 1);
+      SubmitOptions().unscales(UnscalePermit::none()));  // update() knows the count: the
+                                                         // counted job's one unscale
+  scaler.submit([&] { scaler.step(*net.opt); },
+                SubmitOptions().unscales(UnscalePermit::exactly(1)));
   scaler.update();
   started.get_future().wait();
   scaler.cancel();
@@ -558,7 +570,7 @@ void iterate(trainer_ptr self) {
         self->request(st.actors.optimizer, caf::infinite, StepJob{r.k, r.scale, fn, 0})
             .then([=](const JobDone& d) {
               auto& s = self->state;
-              self->send(s.actors.keeper, UpdateScale{d.k, d.unscales, false, 0});
+              self->send(s.actors.keeper, UpdateScale{d.k, d.unscales});
               self->send(s.actors.optimizer, CloseIteration{d.k, false});
               ++s.k;
               iterate(self);
@@ -574,7 +586,7 @@ trainer_actor::behavior_type user_trainer(trainer_ptr self, ScalerActors actors,
   st.net = net;
   st.n = n;
   st.out = out;
-  self->send(actors.optimizer, subscribe_atom::value, caf::actor_cast<caf::actor>(self));
+  self->send(actors.optimizer, subscribe_atom::value, caf::actor_cast<trainer_actor>(self));
   iterate(self);
   return {
       [](const StepResult&) {},
@@ -583,7 +595,7 @@ trainer_actor::behavior_type user_trainer(trainer_ptr self, ScalerActors actors,
         s.t.skipped.push_back(d.skipped());
         if (++s.closed == s.n) {
           // Every update was sent before the last close: ask for the final state, then finish.
-          self->request(s.actors.keeper, caf::infinite, GetParams{s.n, true})
+          self->request(s.actors.keeper, caf::infinite, GetParams{true})
               .then([=](const ScaleParams& p) {
                 auto& s2 = self->state;
                 s2.t.final_scale = p.scale;

@@ -31,14 +31,14 @@ struct OptFixture : Fixture {
     oa.cancel_epoch = epoch;
     optimizer = spawn_optimizer_actor(sys, keeper, o, oa);
     sched.run();
-    send_to(optimizer, subscribe_atom::value, caf::actor_cast<caf::actor>(self));
+    send_to(optimizer, subscribe_atom::value, caf::actor_cast<trainer_actor>(self));
   }
   ~OptFixture() {
     caf::anon_send_exit(optimizer, caf::exit_reason::user_shutdown);
     sched.run();
   }
   ScaleParams params(iteration_t k) {
-    send(GetParams{k, true});
+    send(GetParams{true});
     auto p = take<ScaleParams>();
     REQUIRE(p);
     return *p;
@@ -72,7 +72,7 @@ TEST_CASE("a job unscales with the scale it came with, reports UnscaleDone, step
   CHECK(done->unscales == 1);
   CHECK(m.w[0].item<float>() == -2.0f);  // 64 / 32 = 2, one SGD step with lr 1
   // The keeper got exactly one UnscaleDone: update 0 (expecting 1) applies at once.
-  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{0, 1});
   f.send_to(f.optimizer, CloseIteration{0, false});
   auto d = f.take<IterationDone>();
   REQUIRE(d);
@@ -90,7 +90,7 @@ TEST_CASE("a job unscales with the scale it came with, reports UnscaleDone, step
   CHECK(skip->found_inf);
   f.take<JobDone>();
   CHECK(m.w[0].item<float>() == -2.0f);
-  f.send(UpdateScale{1, 1, false, 0});
+  f.send(UpdateScale{1, 1});
   CHECK(f.params(2).scale == 128.0);
 }
 
@@ -112,7 +112,7 @@ TEST_CASE("unknown unscale count: the update waits for IterationClosed, in eithe
     if (close_first) {
       // The trainer's messages may reach the keeper before the optimizer has run the job.
       f.self->send(f.optimizer, job);
-      f.self->send(f.keeper, UpdateScale{0, unscales_from_optimizer, false, 0});
+      f.self->send(f.keeper, UpdateWhenClosed{0});
       f.self->send(f.optimizer, CloseIteration{0, true});
       f.self->send(f.keeper, ScaleRequest{1});
       f.sched.prioritize(f.keeper);
@@ -124,7 +124,7 @@ TEST_CASE("unknown unscale count: the update waits for IterationClosed, in eithe
       f.send_to(f.optimizer, job);
       REQUIRE(f.take<StepResult>());
       REQUIRE(f.take<JobDone>());
-      f.send(UpdateScale{0, unscales_from_optimizer, false, 0});
+      f.send(UpdateWhenClosed{0});
       f.send(ScaleRequest{1});
       CHECK(f.idle());
       f.send_to(f.optimizer, CloseIteration{0, true});
@@ -153,7 +153,7 @@ TEST_CASE("a failing job abandons its iteration: no update, error reported, acto
   REQUIRE(f.last_error);
   CHECK(to_exception(f.last_error).code() == errc::step_failed);
   CHECK(std::string(to_exception(f.last_error).what()) == "boom");
-  f.send(UpdateScale{0, unscales_from_optimizer, false, 0});
+  f.send(UpdateWhenClosed{0});
   f.send_to(f.optimizer, CloseIteration{0, true});
   auto d = f.take<IterationDone>();
   REQUIRE(d);
@@ -167,7 +167,7 @@ TEST_CASE("a failing job abandons its iteration: no update, error reported, acto
   f.send_to(f.optimizer, StepJob{1, 128.0f, [&] { JobContext::current()->step(m.opt); }});
   f.take<StepResult>();
   REQUIRE(f.take<JobDone>());
-  f.send(UpdateScale{1, 1, false, 0});
+  f.send(UpdateScale{1, 1});
   CHECK(f.params(2).scale == 256.0);
 }
 
@@ -177,7 +177,7 @@ TEST_CASE("an iteration closed without inf checks fails with torch's text and ch
   f.take<ScaleReply>();
   f.send_to(f.optimizer, StepJob{0, 128.0f, [] {}});
   REQUIRE(f.take<JobDone>());
-  f.send(UpdateScale{0, unscales_from_optimizer, false, 0});
+  f.send(UpdateWhenClosed{0});
   f.send_to(f.optimizer, CloseIteration{0, true});
   auto d = f.take<IterationDone>();
   REQUIRE(d);
@@ -248,7 +248,7 @@ TEST_CASE("disabled: step calls optimizer.step() with no scaling and no reports"
 TEST_CASE("a subscriber with steps=false hears IterationDone but no StepResult") {
   OptFixture f;
   caf::scoped_actor quiet{f.sys};
-  f.send_to(f.optimizer, subscribe_atom::value, caf::actor_cast<caf::actor>(quiet), false);
+  f.send_to(f.optimizer, subscribe_atom::value, caf::actor_cast<trainer_actor>(quiet), false);
   Model m;
   m.grad(1.0f);
   f.send_to(f.optimizer, StepJob{0, 128.0f, [&] { JobContext::current()->step(m.opt); }});
@@ -273,7 +273,7 @@ TEST_CASE("counted unscales: the update applies on the job's own unscale, no fur
   m.grad(1.0f);
   other.grad(1.0f);
   // The trainer counted the job's one unscale in advance: its update waits for that alone.
-  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{0, 1});
   f.send(ScaleRequest{1});
   CHECK(f.idle());
   std::string refused;
@@ -285,8 +285,7 @@ TEST_CASE("counted unscales: the update applies on the job's own unscale, no fur
                   refused = e.what();
                 }
               }};
-  job.may_unscale = false;
-  job.counted_unscales = 1;
+  job.permit = UnscalePermit::exactly(1);
   f.send_to(f.optimizer, job);
   CHECK(refused.find("may not unscale") != std::string::npos);
   REQUIRE(f.take<StepResult>());
@@ -311,12 +310,11 @@ TEST_CASE("counted unscales not made: the keeper hears at once and the update ch
     f.send(ScaleRequest{0});
     f.take<ScaleReply>();
     m.grad(1.0f);
-    f.send(UpdateScale{0, 1, false, 0});
+    f.send(UpdateScale{0, 1});
     StepJob job{0, 128.0f, [&] {
                   if (how == How::throws) throw std::runtime_error("move failed");
                 }};
-    job.may_unscale = false;
-    job.counted_unscales = 1;
+    job.permit = UnscalePermit::exactly(1);
     if (how == How::cancelled) f.epoch->store(1);
     f.send_to(f.optimizer, job);
     CHECK_FALSE(f.take<JobDone>());
@@ -345,8 +343,7 @@ TEST_CASE("counted unscales with a disabled scaler ask for nothing") {
   Model m;
   m.grad(3.0f);
   StepJob job{0, 1.0f, [&] { JobContext::current()->step(m.opt); }};
-  job.may_unscale = false;
-  job.counted_unscales = 1;
+  job.permit = UnscalePermit::exactly(1);
   f.send_to(f.optimizer, job);
   auto done = f.take<JobDone>();
   REQUIRE(done);

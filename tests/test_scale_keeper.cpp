@@ -19,7 +19,7 @@ TEST_CASE("exact: ScaleRequest{k} waits for update k-1, which waits for its Unsc
   auto r0 = f.take<ScaleReply>();
   REQUIRE(r0);
   CHECK(r0->scale == 128.0f);
-  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{0, 1});
   f.send(ScaleRequest{1});
   CHECK(f.idle());  // deferred: update 0 still lacks its UnscaleDone
   f.send(UnscaleDone{0, 7, false, 128.0f});
@@ -34,7 +34,7 @@ TEST_CASE("UnscaleDone before UpdateScale: the update applies when it arrives") 
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
   f.send(UnscaleDone{0, 7, true, 128.0f});
-  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{0, 1});
   f.send(ScaleRequest{1});
   auto r1 = f.take<ScaleReply>();
   REQUIRE(r1);
@@ -47,8 +47,8 @@ TEST_CASE("two optimizers reporting in either order: one update, after both") {
     Fixture f(opts(128, 2, 0.5, 1));
     f.send(ScaleRequest{0});
     f.take<ScaleReply>();
-    f.send(UpdateScale{0, 2, false, 0});
-    f.send(GetParams{0, true});
+    f.send(UpdateScale{0, 2});
+    f.send(GetParams{true});
     f.send(UnscaleDone{0, inf_first ? 1u : 2u, inf_first, 128.0f});
     CHECK(f.idle());  // one report is not enough
     f.send(UnscaleDone{0, inf_first ? 2u : 1u, !inf_first, 128.0f});
@@ -66,7 +66,7 @@ TEST_CASE("a known count short of its reports: an abandoned IterationClosed rele
     f.send(ScaleRequest{0});
     f.take<ScaleReply>();
     if (close_first) f.send(IterationClosed{0, 1, true});
-    f.send(UpdateScale{0, 2, false, 0});
+    f.send(UpdateScale{0, 2});
     f.send(UnscaleDone{0, 1, true, 128.0f});
     f.send(ScaleRequest{1});
     if (!close_first) {
@@ -77,9 +77,9 @@ TEST_CASE("a known count short of its reports: an abandoned IterationClosed rele
     REQUIRE(r);
     CHECK(r->scale == 128.0f);  // abandoned: the inf found changes nothing
     // A closed iteration that is not abandoned releases nothing: the count still rules.
-    f.send(UpdateScale{1, 1, false, 0});
+    f.send(UpdateScale{1, 1});
     f.send(IterationClosed{1, 1, false});
-    f.send(GetParams{1, true});
+    f.send(GetParams{true});
     CHECK(f.idle());
     f.send(UnscaleDone{1, 1, false, 128.0f});
     auto p = f.take<ScaleParams>();
@@ -93,13 +93,13 @@ TEST_CASE("getters: up_to_date waits for earlier updates, otherwise answers at o
   Fixture f(opts(128, 2, 0.5, 1));
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
-  f.send(UpdateScale{0, 1, false, 0});
-  f.send(GetParams{0, false});
+  f.send(UpdateScale{0, 1});
+  f.send(GetParams{false});
   auto now = f.take<ScaleParams>();
   REQUIRE(now);
   CHECK(now->scale == 128.0);  // predates the pending update
   CHECK(now->applied_through == -1);
-  f.send(GetParams{0, true});
+  f.send(GetParams{true});
   CHECK(f.idle());
   f.send(UnscaleDone{0, 1, false, 128.0f});
   auto fresh = f.take<ScaleParams>();
@@ -112,8 +112,8 @@ TEST_CASE("setters apply in mailbox order: after the updates sent before them") 
   Fixture f(opts(128, 2, 0.5, 1));
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
-  f.send(UpdateScale{0, 1, false, 0});
-  f.send(SetParam{0, Param::growth_factor, 4.0});
+  f.send(UpdateScale{0, 1});
+  f.send(SetGrowthFactor{4.0});
   CHECK(f.idle());
   f.send(UnscaleDone{0, 1, false, 128.0f});
   auto p = f.take<ScaleParams>();
@@ -121,8 +121,8 @@ TEST_CASE("setters apply in mailbox order: after the updates sent before them") 
   CHECK(p->scale == 256.0);  // update 0 grew with the old factor 2
   CHECK(p->growth_factor == 4.0);
   f.send(UnscaleDone{1, 1, false, 256.0f});
-  f.send(UpdateScale{1, 1, false, 0});
-  f.send(GetParams{1, true});
+  f.send(UpdateScale{1, 1});
+  f.send(GetParams{true});
   auto q = f.take<ScaleParams>();
   REQUIRE(q);
   CHECK(q->scale == 1024.0);  // update 1 used the new factor
@@ -130,18 +130,18 @@ TEST_CASE("setters apply in mailbox order: after the updates sent before them") 
 
 TEST_CASE("a refused setter or load changes nothing and answers with an error") {
   Fixture f(opts(128, 2, 0.5, 3));
-  f.send(SetParam{0, Param::growth_factor, 0.5});
+  f.send(SetGrowthFactor{0.5});
   CHECK_FALSE(f.take<ScaleParams>());
   REQUIRE(f.last_error);
   CHECK(to_exception(f.last_error).code() == errc::bad_growth_factor);
   f.last_error = caf::error{};
-  f.send(LoadStateDict{0, StateDictMsg{}});
+  f.send(LoadStateDict{StateDictMsg{}});
   CHECK_FALSE(f.take<ScaleParams>());
   REQUIRE(f.last_error);
   CHECK(std::string(to_exception(f.last_error).what()) ==
         "The source state dict is empty, possibly because it was saved from a disabled instance "
         "of GradScaler.");
-  f.send(GetParams{0, true});
+  f.send(GetParams{true});
   auto p = f.take<ScaleParams>();
   REQUIRE(p);
   CHECK(p->growth_factor == 2.0);
@@ -152,8 +152,8 @@ TEST_CASE("state_dict is a consistent snapshot: pending updates are applied firs
   Fixture f(opts(128, 2, 0.5, 1));
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
-  f.send(UpdateScale{0, 1, false, 0});
-  f.send(GetStateDict{0});
+  f.send(UpdateScale{0, 1});
+  f.send(GetStateDict{});
   CHECK(f.idle());
   f.send(UnscaleDone{0, 1, false, 128.0f});
   auto sd = f.take<StateDictMsg>();
@@ -162,7 +162,7 @@ TEST_CASE("state_dict is a consistent snapshot: pending updates are applied firs
   CHECK(sd->scale == 256.0);
   // and it loads into a fresh keeper
   Fixture g;
-  g.send(LoadStateDict{0, *sd});
+  g.send(LoadStateDict{*sd});
   auto p = g.take<ScaleParams>();
   REQUIRE(p);
   CHECK(p->scale == 256.0);
@@ -173,18 +173,18 @@ TEST_CASE("UpdateScale with a new scale sets it and keeps the tracker, never app
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
   f.send(UnscaleDone{0, 1, false, 128.0f});
-  f.send(UpdateScale{0, 1, false, 0});
-  f.send(UpdateScale{1, 0, true, 5.0});
-  f.send(UpdateScale{1, 0, true, 9.0});     // a duplicate of iteration 1 is dropped
+  f.send(UpdateScale{0, 1});
+  f.send(SetScale{1, 5.0});
+  f.send(SetScale{1, 9.0});                 // a duplicate of iteration 1 is dropped
   f.send(UnscaleDone{0, 1, true, 128.0f});  // a late report for an applied update too
-  f.send(GetParams{2, true});
+  f.send(GetParams{true});
   auto p = f.take<ScaleParams>();
   REQUIRE(p);
   CHECK(p->scale == 5.0);
   CHECK(p->growth_tracker == 1);
   f.send(UnscaleDone{2, 1, false, 5.0f});
-  f.send(UpdateScale{2, 1, false, 0});
-  f.send(GetParams{3, true});
+  f.send(UpdateScale{2, 1});
+  f.send(GetParams{true});
   auto q = f.take<ScaleParams>();
   REQUIRE(q);
   CHECK(q->growth_tracker == 2);  // the late inf report did not reset it
@@ -192,11 +192,11 @@ TEST_CASE("UpdateScale with a new scale sets it and keeps the tracker, never app
 
 TEST_CASE("subscribers receive UpdateApplied") {
   Fixture f(opts(8, 2, 0.5, 1));
-  f.send(subscribe_atom::value, caf::actor_cast<caf::actor>(f.self));
+  f.send(subscribe_atom::value, caf::actor_cast<trainer_actor>(f.self));
   f.send(ScaleRequest{0});
   f.take<ScaleReply>();
   f.send(UnscaleDone{0, 1, true, 8.0f});
-  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{0, 1});
   auto a = f.take<UpdateApplied>();
   REQUIRE(a);
   CHECK(a->k == 0);
@@ -209,16 +209,16 @@ TEST_CASE("lagged: answered at once, one overflow event gives one backoff") {
   Fixture f(opts(1024, 2, 0.5, 100), ScalePolicy::lagged);
   f.send(ScaleRequest{0});
   CHECK(f.take<ScaleReply>()->scale == 1024.0f);
-  f.send(UpdateScale{0, 1, false, 0});
+  f.send(UpdateScale{0, 1});
   f.send(ScaleRequest{1});  // answered before update 0 is applied: one iteration late
   auto r1 = f.take<ScaleReply>();
   REQUIRE(r1);
   CHECK(r1->scale == 1024.0f);
   // Iteration 0 overflowed at 1024; iteration 1's grads, made with the same 1024, overflow too.
   f.send(UnscaleDone{0, 1, true, 1024.0f});
-  f.send(UpdateScale{1, 1, false, 0});
+  f.send(UpdateScale{1, 1});
   f.send(UnscaleDone{1, 1, true, 1024.0f});
-  f.send(GetParams{1, true});
+  f.send(GetParams{true});
   auto p = f.take<ScaleParams>();
   REQUIRE(p);
   CHECK(p->scale == 512.0);  // RoundPipe would be at 256
@@ -251,12 +251,12 @@ TEST_CASE("exact: random schedules and orders give the thread-free trajectory") 
       const std::size_t before = rng() % (reports.size() + 1);  // how many arrive before the update
       for (std::size_t i = 0; i < before; ++i)
         f.send(reports[i]);
-      f.send(UpdateScale{k, optimizers, false, 0});
+      f.send(UpdateScale{k, optimizers});
       for (std::size_t i = before; i < reports.size(); ++i)
         f.send(reports[i]);
       ref.update(any);
     }
-    f.send(GetParams{25, true});
+    f.send(GetParams{true});
     auto p = f.take<ScaleParams>();
     REQUIRE(p);
     CHECK(p->scale == double(ref.scale()));
@@ -303,7 +303,7 @@ Counts roundpipe(const GradScalerOptions& o, const std::vector<float>& gmax) {
 /// k-1 still waits for its UnscaleDone.
 Counts keeper_run(const GradScalerOptions& o, ScalePolicy policy, const std::vector<float>& gmax) {
   Fixture f(o, policy);
-  f.send(subscribe_atom::value, caf::actor_cast<caf::actor>(f.self));
+  f.send(subscribe_atom::value, caf::actor_cast<trainer_actor>(f.self));
   Counts c;
   std::deque<ScaleReply> replies;
   std::deque<ScaleParams> params;
@@ -331,11 +331,11 @@ Counts keeper_run(const GradScalerOptions& o, ScalePolicy policy, const std::vec
     c.scales.push_back(r.scale);
     const bool inf = overflows(r.scale, gmax[std::size_t(k)]);
     c.skips += inf;
-    f.send(UpdateScale{k, 1, false, 0});
+    f.send(UpdateScale{k, 1});
     withheld = UnscaleDone{k, 1, inf, r.scale};
   }
   f.send(*withheld);
-  f.send(GetParams{iteration_t(gmax.size()), true});
+  f.send(GetParams{true});
   pump();
   REQUIRE(params.size() == 1);
   c.final_scale = float(params.front().scale);

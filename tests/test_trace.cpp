@@ -3,10 +3,10 @@
 // a trace recorded by the GradScaler facade with real threads.
 #include "doctest_torch.h"
 
-#include <ampactor/actors/replay.h>
-#include <ampactor/actors/trace.h>
 #include <ampactor/grad_scaler.h>
 #include <ampactor/scaler/scale_state.h>
+#include <ampactor/trace/replay.h>
+#include <ampactor/trace/trace.h>
 
 #include <ATen/ops/ones.h>
 
@@ -118,14 +118,14 @@ TEST_CASE("the keeper records inputs, replies and updates in mailbox order with 
   o.growth_interval = 1;
   test::GoldenRig r(o, ScalePolicy::exact, buf);
   r.send(r.trainer, ScaleRequest{0});
-  r.anon(UpdateScale{0, 1, false, 0});
+  r.anon(UpdateScale{0, 1});
   r.send(r.trainer, ScaleRequest{1});  // waits for update 0
   r.report(r.opt1, 0, 0xdeadbeef, false);
   r.send(r.opt2, UnscaleDone{1, 0xfeed, true, 1.0f});
 
-  CHECK(buf->head.opts.init_scale == 64.0);
-  CHECK(buf->head.policy == ScalePolicy::exact);
-  const auto& ev = buf->events;
+  CHECK(r.header.opts.init_scale == 64.0);
+  CHECK(r.header.policy == ScalePolicy::exact);
+  const auto& ev = r.rig.events();
   REQUIRE(ev.size() == 8);
   for (std::size_t i = 0; i < ev.size(); ++i)
     CHECK(ev[i].seq == i);
@@ -152,10 +152,10 @@ TEST_CASE("the keeper records inputs, replies and updates in mailbox order with 
 TEST_CASE("a refused setter is recorded as an Error reply and changes nothing") {
   auto buf = std::make_shared<TraceBuffer>();
   test::GoldenRig r(GradScalerOptions{}, ScalePolicy::exact, buf);
-  r.send(r.trainer, SetParam{0, Param::backoff_factor, 1.5});
-  r.send(r.trainer, GetParams{0, true});
-  REQUIRE(buf->events.size() == 4);
-  auto* err = std::get_if<TraceErrorReply>(&buf->events[1].msg);
+  r.send(r.trainer, SetBackoffFactor{1.5});
+  r.send(r.trainer, GetParams{true});
+  REQUIRE(r.rig.events().size() == 4);
+  auto* err = std::get_if<TraceErrorReply>(&r.rig.events()[1].msg);
   REQUIRE(err);
   std::string expected_text;
   try {
@@ -165,19 +165,21 @@ TEST_CASE("a refused setter is recorded as an Error reply and changes nothing") 
     expected_text = e.what();
   }
   CHECK(err->what == expected_text);
-  CHECK(buf->events[1].to == "trainer1");
-  CHECK(std::get<ScaleParams>(buf->events[3].msg).backoff_factor ==
+  CHECK(r.rig.events()[1].to == "trainer1");
+  CHECK(std::get<ScaleParams>(r.rig.events()[3].msg).backoff_factor ==
         GradScalerOptions{}.backoff_factor);
 }
 
 TEST_CASE("a sink that throws stops recording and the keeper goes on") {
   auto sink = std::make_shared<ThrowingSink>();
-  test::GoldenRig r(GradScalerOptions{}, ScalePolicy::exact, sink);
-  r.send(r.trainer, ScaleRequest{0});
-  r.send(r.trainer, ScaleRequest{1});
-  CHECK(sink->calls == 1);
-  CHECK(r.scale_of.count(0) == 1);
-  CHECK(r.scale_of.count(1) == 1);
+  KeeperCore core(GradScalerOptions{}, ScalePolicy::exact, std::make_shared<TraceRecorder>(sink));
+  const auto first = core.handle(1, ScaleRequest{0}, 1);
+  const auto second = core.handle(1, GetParams{false}, 2);
+  CHECK(sink->calls == 1);  // the tap is dropped at its first throw
+  REQUIRE(first.size() == 1);
+  REQUIRE(second.size() == 1);
+  CHECK(std::holds_alternative<ScaleReply>(std::get<KeeperReply>(first[0]).msg));
+  CHECK(std::holds_alternative<ScaleParams>(std::get<KeeperReply>(second[0]).msg));
 }
 
 TEST_CASE("every message type writes and reads back exactly") {
@@ -189,13 +191,18 @@ TEST_CASE("every message type writes and reads back exactly") {
   const std::vector<TraceMessage> msgs = {
       ScaleRequest{3},
       UnscaleDone{3, 2, true, 0.1f},
-      UpdateScale{3, -1, true, INFINITY},
+      SetScale{3, INFINITY},
       IterationClosed{3, 2, true},
-      GetParams{3, true},
-      SetParam{3, Param::growth_interval, 5},
-      GetStateDict{3},
-      LoadStateDict{3, sd},
+      GetParams{true},
+      SetGrowthInterval{5},
+      GetStateDict{},
+      LoadStateDict{sd},
       TraceSubscribe{"trainer1"},
+      UpdateScale{3, 2},
+      UpdateWhenClosed{3},
+      SetGrowthFactor{1.5},
+      SetBackoffFactor{0.25},
+      TraceUnsubscribe{"trainer2"},
       ScaleReply{3, 3.4028235e38f},
       ScaleParams{2, 0.3, 2, 0.5, 9, 4},
       sd,
@@ -207,6 +214,9 @@ TEST_CASE("every message type writes and reads back exactly") {
     TraceEvent e;
     e.seq = i;
     e.k = std::holds_alternative<TraceSubscribe>(msgs[i]) ||
+                  std::holds_alternative<TraceUnsubscribe>(msgs[i]) ||
+                  std::holds_alternative<GetParams>(msgs[i]) ||
+                  std::holds_alternative<SetGrowthFactor>(msgs[i]) ||
                   std::holds_alternative<ScaleParams>(msgs[i]) ||
                   std::holds_alternative<StateDictMsg>(msgs[i]) ||
                   std::holds_alternative<TraceErrorReply>(msgs[i])
@@ -228,9 +238,12 @@ TEST_CASE("every message type writes and reads back exactly") {
     again += to_json_line(e) + "\n";
   CHECK(again == text);
   CHECK(std::get<UnscaleDone>(t.events[1].msg).scale_used == 0.1f);
-  CHECK(std::isinf(std::get<UpdateScale>(t.events[2].msg).new_scale));
-  CHECK(std::get<StateDictMsg>(t.events[11].msg).scale == 1e-300);
-  CHECK(std::get<TraceErrorReply>(t.events[13].msg).what == "quote \" and\nnewline");
+  CHECK(std::isinf(std::get<SetScale>(t.events[2].msg).new_scale));
+  CHECK(std::get<UpdateScale>(t.events[9].msg).unscales == 2);
+  CHECK(std::get<SetGrowthInterval>(t.events[5].msg).value == 5);
+  CHECK(std::get<TraceUnsubscribe>(t.events[13].msg).subscriber == "trainer2");
+  CHECK(std::get<StateDictMsg>(t.events[16].msg).scale == 1e-300);
+  CHECK(std::get<TraceErrorReply>(t.events[18].msg).what == "quote \" and\nnewline");
   CHECK(t.lines.back() == msgs.size() + 1);
 }
 
@@ -255,7 +268,7 @@ TEST_CASE("numbers and texts read back bit for bit") {
     e.k = 1;
     e.from = "trainer1";
     e.to = trace_keeper;
-    e.msg = UpdateScale{1, 0, true, v};
+    e.msg = SetScale{1, v};
     text += to_json_line(e) + "\n";
     e.seq += 1;
     e.from = trace_keeper;
@@ -267,12 +280,27 @@ TEST_CASE("numbers and texts read back bit for bit") {
   const Trace t = parse_trace(in);
   REQUIRE(t.events.size() == 2 * values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
-    const double got = std::get<UpdateScale>(t.events[2 * i].msg).new_scale;
+    const double got = std::get<SetScale>(t.events[2 * i].msg).new_scale;
     if (std::isnan(values[i]))
       CHECK(std::isnan(got));
     else
       CHECK(got == values[i]);
     CHECK(std::get<TraceErrorReply>(t.events[2 * i + 1].msg).what == texts[i]);
+  }
+}
+
+TEST_CASE("version 1 golden traces read as version 2 values and replay identically") {
+  for (const auto& g : test::golden_traces()) {
+    CAPTURE(g.file);
+    const Trace v1 = read_trace((fs::path(AMPACTOR_TRACES_DIR) / "v1" / g.file).string());
+    const Trace v2 = read_trace(golden(g.file).string());
+    CHECK(v1.header.version == 1);
+    CHECK(v2.header.version == 2);
+    CHECK(replay_trace(v1).identical);
+    // The same scenario, written by each version: the same events once read.
+    REQUIRE(v1.events.size() == v2.events.size());
+    for (std::size_t i = 0; i < v1.events.size(); ++i)
+      CHECK(to_json_line(v1.events[i]) == to_json_line(v2.events[i]));
   }
 }
 
@@ -416,9 +444,14 @@ TEST_CASE("bad traces: a clear error with the line number") {
     }
   }
   SUBCASE("unsupported schema version") {
-    const TraceError e = read_error(with(0, "\"version\":1", "\"version\":2"));
+    const TraceError e = read_error(with(0, "\"version\":2", "\"version\":3"));
     CHECK(e.line() == 1);
-    CHECK(std::string(e.what()).find("unsupported trace schema version 2") != std::string::npos);
+    CHECK(std::string(e.what()).find("unsupported trace schema version 3") != std::string::npos);
+  }
+  SUBCASE("a version 2 message in a version 1 trace") {
+    const TraceError e = read_error(with(0, "\"version\":2", "\"version\":1"));
+    CHECK(e.line() > 1);
+    CHECK(std::string(e.what()).find("UpdateScale") != std::string::npos);
   }
   SUBCASE("header options a keeper refuses") {
     const TraceError e = read_error(with(0, "\"growth_factor\":2.0", "\"growth_factor\":0.5"));
@@ -532,15 +565,16 @@ TEST_CASE("ampactor-replay: exit codes, the first divergence, bad traces change 
   CHECK(fs::exists(csv));
 }
 
-TEST_CASE("GradScaler with a trace_path records a run that replays identically") {
+TEST_CASE("GradScaler with a trace recorder records a run that replays identically") {
   const fs::path path = scratch() / "facade.jsonl";
   GradScalerOptions o;
   o.init_scale = 4096;
   o.growth_interval = 2;
   test::Workload w;
   {
-    GradScaler scaler(o, ScalePolicy::exact, path.string());
-    CHECK(scaler.trace_path() == path.string());
+    auto recorder = record_trace(path.string());
+    GradScaler scaler(o, ScalePolicy::exact, recorder);
+    CHECK(scaler.tap() == recorder);
     test::Net a, b;
     for (iteration_t k = 0; k < 40; ++k) {
       scaler.scale(at::ones({1}));
@@ -577,7 +611,7 @@ TEST_CASE("GradScaler with a trace_path records a run that replays identically")
   for (const auto& d : all_of<UnscaleDone>(t))
     ids.insert(d.optimizer);
   CHECK(ids == std::set<optimizer_id>{1, 2});
-  CHECK(all_of<SetParam>(t).size() == 1);
+  CHECK(all_of<SetGrowthInterval>(t).size() == 1);
   CHECK(all_of<LoadStateDict>(t).size() == 1);
   bool overflow = false;
   for (const auto& a : applied)
@@ -593,7 +627,7 @@ TEST_CASE("counted step jobs that fail short of their unscale record and replay 
   test::Workload w;
   int errors = 0;
   {
-    GradScaler scaler(o, ScalePolicy::exact, path.string());
+    GradScaler scaler(o, ScalePolicy::exact, record_trace(path.string()));
     test::Net a;
     for (iteration_t k = 0; k < 16; ++k) {
       try {
@@ -605,7 +639,7 @@ TEST_CASE("counted step jobs that fail short of their unscale record and replay 
               a.set_grads(g);
               scaler.step(*a.opt);
             },
-            /*may_unscale=*/false, /*counted_unscales=*/1);
+            SubmitOptions().unscales(UnscalePermit::exactly(1)));
         scaler.update();
       } catch (const std::runtime_error&) {
         ++errors;
@@ -635,8 +669,7 @@ TEST_CASE("counted step jobs that fail short of their unscale record and replay 
   CHECK(all_of<UpdateApplied>(t).size() == 16);
 }
 
-TEST_CASE("GradScaler refuses a trace path it cannot create") {
-  CHECK_THROWS_AS(GradScaler(GradScalerOptions{}, ScalePolicy::exact,
-                             (scratch() / "no-such-dir" / "t.jsonl").string()),
+TEST_CASE("record_trace refuses a path it cannot create") {
+  CHECK_THROWS_AS(record_trace((scratch() / "no-such-dir" / "t.jsonl").string()),
                   std::runtime_error);
 }

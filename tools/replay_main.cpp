@@ -1,7 +1,7 @@
 // ampactor-replay: checks that a keeper trace replays bit for bit, or replays its found_inf
 // sequence under other settings (what-if) and prints both scale trajectories side by side.
-#include <ampactor/actors/replay.h>
-#include <ampactor/actors/trace.h>
+#include <ampactor/trace/replay.h>
+#include <ampactor/trace/trace.h>
 
 #include <CLI/CLI.hpp>
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include <ampactor/messages/messages.h>
+#include <ampactor/messages/protocol.h>
 #include <ampactor/scaler/errors.h>
 #include <ampactor/scaler/options.h>
 #include <ampactor/scaler/stage.h>
@@ -28,7 +28,6 @@
 
 namespace caf {
 class actor_system;
-class actor;
 }  // namespace caf
 
 namespace torch::optim {
@@ -38,28 +37,48 @@ class Optimizer;
 namespace ampactor {
 
 struct ScalerActors;
+class KeeperTap;
 
 /// Everything about one closed iteration's steps (see IterationDone).
 using IterationResult = IterationDone;
+
+/// submit()'s options, as chainable setters.
+class SubmitOptions {
+ public:
+  /// What the job may unscale (default UnscalePermit::any()): none() when it only steps
+  /// optimizers already unscaled in this iteration (e.g. by run_on_optimizer), so update() knows
+  /// the unscale count and never waits for the job; exactly(n) when it unscales n optimizers
+  /// itself (e.g. a deferred grad move), which update() counts in advance, so the keeper applies
+  /// the update as soon as they arrive, not when the job ends. Any further unscale in the job is
+  /// refused (errc::protocol_misuse); a job that fails or is cancelled before making its n leaves
+  /// the iteration's update changing nothing.
+  SubmitOptions& unscales(UnscalePermit permit) {
+    permit_ = permit;
+    return *this;
+  }
+  const UnscalePermit& unscales() const { return permit_; }
+
+ private:
+  UnscalePermit permit_ = UnscalePermit::any();
+};
 
 class GradScaler {
  public:
   using LossClosure = std::function<at::Tensor()>;
 
   /// Owns a small actor system of its own.
-  /// trace_path: when not empty, every message to and from the scale keeper is recorded there as
-  /// a trace (JSON Lines, README "Traces"; replay with ampactor-replay). The file is created (or
-  /// truncated) here, std::runtime_error if it cannot be, and complete once the scaler is
-  /// destroyed.
+  /// tap: sees every message to and from the scale keeper, e.g. a trace recorder
+  /// (ampactor::record_trace(path) from <ampactor/trace/trace.h>, in the ampactor::trace
+  /// library; replay with ampactor-replay). It hears stopped() before the destructor returns.
   explicit GradScaler(const GradScalerOptions& opts = {}, ScalePolicy policy = ScalePolicy::exact,
-                      const std::string& trace_path = {});
+                      std::shared_ptr<KeeperTap> tap = nullptr);
   /// torch's positional constructor.
   GradScaler(double init_scale, double growth_factor = 2.0, double backoff_factor = 0.5,
              std::int64_t growth_interval = 2000, bool enabled = true);
   /// Lives in the caller's actor system (which must outlive the scaler). Call
   /// register_messages(cfg) on its config for readable errors.
   GradScaler(caf::actor_system& sys, const GradScalerOptions& opts = {},
-             ScalePolicy policy = ScalePolicy::exact, const std::string& trace_path = {});
+             ScalePolicy policy = ScalePolicy::exact, std::shared_ptr<KeeperTap> tap = nullptr);
   /// Waits for queued step jobs (or drops them after cancel()) and stops the actors. An error
   /// no call has reported yet is written to stderr, never lost in silence.
   ~GradScaler();
@@ -99,15 +118,8 @@ class GradScaler {
   /// once. Inside fn, unscale_/step/get_scale act with this iteration's scale. An exception from
   /// fn abandons the iteration's update (the scale stays, as in torch when step() throws) and is
   /// rethrown on the main thread by the next unscale_/step (before they act), update (after it
-  /// acts) or sync.
-  /// may_unscale=false: fn only steps optimizers already unscaled in this iteration (e.g. by
-  /// run_on_optimizer), so update() knows the unscale count and never waits for fn; an unscale
-  /// inside fn is refused.
-  /// counted_unscales (with may_unscale=false): fn unscales exactly this many optimizers itself
-  /// (e.g. a deferred grad move). update() counts them in advance, so the keeper applies the
-  /// update as soon as they arrive, not when fn ends; any further unscale in fn is refused. If fn
-  /// fails (or is cancelled) before making them, the iteration's update changes nothing.
-  void submit(std::function<void()> fn, bool may_unscale = true, std::int32_t counted_unscales = 0);
+  /// acts) or sync. An empty fn: ScalerError(errc::bad_option). See SubmitOptions.
+  void submit(std::function<void()> fn, const SubmitOptions& options = {});
   /// Runs fn as a step job of the current iteration on the optimizer thread and waits for it. An
   /// exception from fn is rethrown here as it was thrown.
   void run_on_optimizer(const std::function<void()>& fn);
@@ -124,16 +136,15 @@ class GradScaler {
   /// The same, waiting for the optimizer. An iteration that is not closed yet:
   /// errc::iteration_open.
   IterationResult wait_result(iteration_t k);
-  /// Sends every StepResult and IterationDone (optimizer) and UpdateApplied (keeper) to `who`.
-  void subscribe(const caf::actor& who);
   /// Where the optimizer stands with this optimizer in the current iteration (main thread: after
   /// the jobs queued so far).
   std::optional<bool> found_inf(const torch::optim::Optimizer& optimizer);
   ScalePolicy policy() const;
   const GradScalerOptions& options() const;
-  /// Where the keeper's trace goes; empty when not recording.
-  const std::string& trace_path() const;
-  /// The actors behind the scaler, for a trainer of one's own.
+  /// The keeper's tap, if any.
+  const std::shared_ptr<KeeperTap>& tap() const;
+  /// The actors behind the scaler, for a trainer of one's own or a monitor
+  /// (subscribe(actors(), who) in <ampactor/actors/optimizer_actor.h>).
   const ScalerActors& actors() const;
 
   static constexpr std::size_t result_history = 4096;

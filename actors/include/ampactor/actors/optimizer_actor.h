@@ -24,19 +24,13 @@ namespace ampactor {
 
 /// The optimizer actor's protocol. StepJob replies JobDone, or an error: the job's exception
 /// (errc::step_failed unless it threw a ScalerError) or errc::cancelled. A subscriber gets every
-/// IterationDone and, unless it subscribed with steps=false, every StepResult as it happens.
-using optimizer_actor = caf::typed_actor<caf::replies_to<StepJob>::with<JobDone>,     //
-                                         caf::reacts_to<CloseIteration>,              //
-                                         caf::reacts_to<subscribe_atom, caf::actor>,  //
-                                         caf::reacts_to<subscribe_atom, caf::actor, bool>>;
-
-/// What a trainer hears when it subscribes: every StepResult as it happens, one IterationDone
-/// per closed iteration and, from the keeper, one UpdateApplied per update. A user's own
-/// event-based trainer implements this and drives iterations with ScaleRequest, StepJob,
-/// UpdateScale and CloseIteration alone.
-using trainer_actor = caf::typed_actor<caf::reacts_to<StepResult>,     //
-                                       caf::reacts_to<IterationDone>,  //
-                                       caf::reacts_to<UpdateApplied>>;
+/// IterationDone and, unless it subscribed with steps=false, every StepResult as it happens;
+/// subscribing again changes only the steps choice, and unsubscribe stops both.
+using optimizer_actor = caf::typed_actor<caf::replies_to<StepJob>::with<JobDone>,              //
+                                         caf::reacts_to<CloseIteration>,                       //
+                                         caf::reacts_to<subscribe_atom, trainer_actor>,        //
+                                         caf::reacts_to<subscribe_atom, trainer_actor, bool>,  //
+                                         caf::reacts_to<unsubscribe_atom, trainer_actor>>;
 
 /// The identity an optimizer has in messages.
 optimizer_id optimizer_id_of(const torch::optim::Optimizer& opt);
@@ -75,10 +69,9 @@ class JobContext {
   JobContext& operator=(const JobContext&) = delete;
 
  protected:
-  /// counted_unscales: with may_unscale false, how many unscales the trainer counted in advance
-  /// for this job; it may make that many.
-  JobContext(iteration_t k, float scale, bool enabled, bool may_unscale,
-             std::int32_t counted_unscales, caf::actor_id runner, StepTracker& tracker);
+  /// permit: what the job may unscale (UnscalePermit).
+  JobContext(iteration_t k, float scale, bool enabled, UnscalePermit permit, caf::actor_id runner,
+             StepTracker& tracker);
   virtual ~JobContext();
   virtual void report_unscale(optimizer_id opt, bool found_inf) = 0;
   virtual void report_step(const StepResult& r) = 0;
@@ -89,8 +82,7 @@ class JobContext {
   iteration_t k_;
   float scale_;
   bool enabled_;
-  bool may_unscale_;
-  std::int32_t counted_;
+  UnscalePermit permit_;
   caf::actor_id runner_;
   StepTracker& tracker_;
   std::int32_t unscales_ = 0;
@@ -115,6 +107,11 @@ struct ScalerActors {
   scale_keeper_actor keeper;
   optimizer_actor optimizer;
 };
+/// `who` hears every StepResult and IterationDone (the optimizer) and every UpdateApplied (the
+/// keeper) from now on; unsubscribe stops both. E.g. subscribe(scaler.actors(), monitor).
+void subscribe(const ScalerActors& actors, const trainer_actor& who);
+void unsubscribe(const ScalerActors& actors, const trainer_actor& who);
+
 ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
                                  ScalePolicy policy = ScalePolicy::exact,
                                  OptimizerActorOptions options = {});

@@ -1,42 +1,49 @@
-// scale_keeper: the single owner of the scale state. It never blocks: requests that must wait
-// (the exact policy's ScaleRequest, up-to-date getters, setters, state_dict) queue behind the
-// updates sent before them, and an update waits only for its iteration's UnscaleDone messages.
+// scale_keeper: the single owner of the scale state, as an actor. It never blocks: requests that
+// must wait (the exact policy's ScaleRequest, up-to-date getters, setters, state_dict) queue
+// behind the updates sent before them, and an update waits only for its iteration's UnscaleDone
+// messages. The logic is KeeperCore's (<ampactor/actors/keeper_core.h>); this is its mailbox.
 #pragma once
 
-#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
 #include <memory>
 
+#include <ampactor/actors/keeper_core.h>
 #include <ampactor/messages/messages.h>
 #include <ampactor/scaler/options.h>
 
 namespace ampactor {
 
-class TraceSink;
-
-/// The whole protocol of the keeper.
-using scale_keeper_actor = caf::typed_actor<caf::replies_to<ScaleRequest>::with<ScaleReply>,  //
-                                            caf::reacts_to<UnscaleDone>,                      //
-                                            caf::reacts_to<UpdateScale>,                      //
-                                            caf::reacts_to<IterationClosed>,                  //
-                                            caf::replies_to<GetParams>::with<ScaleParams>,    //
-                                            caf::replies_to<SetParam>::with<ScaleParams>,     //
-                                            caf::replies_to<GetStateDict>::with<StateDictMsg>,
-                                            caf::replies_to<LoadStateDict>::with<ScaleParams>,
-                                            caf::reacts_to<subscribe_atom, caf::actor>>;
+/// The whole protocol of the keeper. A refused request is answered with a caf::error in the
+/// ampactor category (to_exception() makes it a ScalerError).
+using scale_keeper_actor =
+    caf::typed_actor<caf::replies_to<ScaleRequest>::with<ScaleReply>,        //
+                     caf::replies_to<GetParams>::with<ScaleParams>,          //
+                     caf::replies_to<SetGrowthFactor>::with<ScaleParams>,    //
+                     caf::replies_to<SetBackoffFactor>::with<ScaleParams>,   //
+                     caf::replies_to<SetGrowthInterval>::with<ScaleParams>,  //
+                     caf::replies_to<GetStateDict>::with<StateDictMsg>,      //
+                     caf::replies_to<LoadStateDict>::with<ScaleParams>,      //
+                     caf::reacts_to<UnscaleDone>,                            //
+                     caf::reacts_to<UpdateScale>,                            //
+                     caf::reacts_to<UpdateWhenClosed>,                       //
+                     caf::reacts_to<SetScale>,                               //
+                     caf::reacts_to<IterationClosed>,                        //
+                     caf::reacts_to<subscribe_atom, trainer_actor>,          //
+                     caf::reacts_to<unsubscribe_atom, trainer_actor>>;
 
 /// Spawns a keeper with `opts` (checked: ScalerError on bad options) and `policy`.
-/// Subscribers (subscribe_atom) receive an UpdateApplied for every applied update.
+/// Subscribers receive an UpdateApplied for every applied update.
 /// detached: a thread of its own, which answers a request in ~12 us where CAF 0.17's default
 /// work-stealing workers, polling with sleeps, take ~120 us (bench/RESULTS.md).
-/// trace: records every message in and out, in mailbox order (<ampactor/actors/trace.h>); the
-/// header is written before this returns.
+/// tap: sees every input and output in mailbox order (e.g. a trace recorder,
+/// <ampactor/trace/trace.h>); told started() before this returns and stopped() when the keeper
+/// exits.
 scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
                                       ScalePolicy policy = ScalePolicy::exact,
                                       bool detached = false,
-                                      std::shared_ptr<TraceSink> trace = nullptr);
+                                      std::shared_ptr<KeeperTap> tap = nullptr);
 
 }  // namespace ampactor

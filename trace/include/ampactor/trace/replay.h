@@ -1,5 +1,5 @@
-// Replaying a keeper trace (<ampactor/actors/trace.h>) into a fresh keeper under CAF's
-// deterministic scheduler: exactly (every reply must equal the recorded one), or as a what-if with
+// Replaying a keeper trace (<ampactor/trace/trace.h>) into a fresh keeper core (KeeperRig, no
+// actors): exactly (every reply must equal the recorded one), or as a what-if with
 // other settings over the same found_inf sequence.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <ampactor/actors/trace.h>
+#include <ampactor/trace/trace.h>
 
 namespace ampactor {
 
@@ -24,8 +24,8 @@ struct ReplayResult {
   std::string got;
 };
 
-/// Sends the trace's inputs, in recorded order and from actors standing for the recorded senders,
-/// to a keeper built from its header, and compares every event the keeper records (inputs,
+/// Sends the trace's inputs, in recorded order and from peers standing for the recorded senders,
+/// to a keeper core built from its header, and compares every event the keeper records (inputs,
 /// replies, UpdateApplied) with the trace. Stops at the first divergence.
 ReplayResult replay_trace(const Trace& trace);
 
@@ -60,10 +60,10 @@ struct WhatIfResult {
 };
 
 /// Drives a fresh keeper with `settings` through the trace's iterations as an asynchronous trainer
-/// would (UpdateScale{k}, then ScaleRequest{k+1}, then iteration k's unscale reports, so the lagged
-/// policy answers one iteration late), with each iteration's recorded found_inf per optimizer and
-/// the recorded setters, loads and new_scale updates at their iterations. The unscale reports
-/// carry the scale the what-if keeper gave that iteration.
+/// would (iteration k's update, then ScaleRequest{k+1}, then iteration k's unscale reports, so the
+/// lagged policy answers one iteration late), with each iteration's recorded found_inf per
+/// optimizer and the recorded setters, loads and new_scale updates at their iterations. The unscale
+/// reports carry the scale the what-if keeper gave that iteration.
 WhatIfResult what_if(const Trace& trace, const TraceHeader& settings);
 
 /// The rows as CSV, with a header line.

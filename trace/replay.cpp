@@ -1,108 +1,19 @@
-#include <ampactor/actors/replay.h>
-#include <ampactor/actors/scale_keeper.h>
-#include <ampactor/messages/registry.h>
-
-#include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
-#include <caf/others.hpp>
-#include <caf/scheduler/test_coordinator.hpp>
-#include <caf/scoped_actor.hpp>
-#include <caf/send.hpp>
+#include <ampactor/trace/replay.h>
+#include <ampactor/trace/rig.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <memory>
 #include <optional>
 #include <sstream>
 
 namespace ampactor {
-namespace {
-
-struct DeterministicConfig : caf::actor_system_config {
-  DeterministicConfig() {
-    register_messages(*this);
-    set("scheduler.policy", caf::atom("testing"));
-  }
-};
-
-/// A keeper under CAF's test coordinator, recording into a buffer, and one scoped actor per
-/// sender name: messages are delivered only when run() says so, in the order they were sent.
-struct Bench {
-  DeterministicConfig cfg;
-  caf::actor_system sys{cfg};
-  caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  std::shared_ptr<TraceBuffer> buf = std::make_shared<TraceBuffer>();
-  scale_keeper_actor keeper;
-  std::map<std::string, std::unique_ptr<caf::scoped_actor>> actors;
-
-  explicit Bench(const TraceHeader& h) {
-    keeper = spawn_scale_keeper(sys, h.opts, h.policy, false, buf);
-    sched.run();
-  }
-  ~Bench() {
-    caf::anon_send_exit(keeper, caf::exit_reason::user_shutdown);
-    sched.run();
-    drain();
-    actors.clear();
-  }
-
-  caf::scoped_actor& actor(const std::string& name) {
-    auto& a = actors[name];
-    if (!a) a = std::make_unique<caf::scoped_actor>(sys);
-    return *a;
-  }
-
-  /// Sends one input as `from` did and runs everything that follows from it.
-  template <class M>
-  void send(const std::string& from, const M& m) {
-    if (from == trace_anonymous)
-      caf::anon_send(keeper, m);
-    else
-      actor(from)->send(keeper, m);
-    sched.run();
-  }
-  void send(const std::string& from, const TraceSubscribe& s) {
-    caf::actor who{actor(s.subscriber)};
-    if (from == trace_anonymous)
-      caf::anon_send(keeper, subscribe_atom::value, who);
-    else
-      actor(from)->send(keeper, subscribe_atom::value, who);
-    sched.run();
-  }
-  void send_event(const TraceEvent& e) {
-    std::visit(
-        [&](const auto& m) {
-          using T = std::decay_t<decltype(m)>;
-          if constexpr (std::is_same_v<T, ScaleRequest> || std::is_same_v<T, UnscaleDone> ||
-                        std::is_same_v<T, UpdateScale> || std::is_same_v<T, IterationClosed> ||
-                        std::is_same_v<T, GetParams> || std::is_same_v<T, SetParam> ||
-                        std::is_same_v<T, GetStateDict> || std::is_same_v<T, LoadStateDict> ||
-                        std::is_same_v<T, TraceSubscribe>)
-            send(e.from, m);
-        },
-        e.msg);
-  }
-
-  /// Replies pile up in the senders' mailboxes; what counts is in the keeper's own record.
-  void drain() {
-    for (auto& [name, a] : actors)
-      while (!(*a)->mailbox().empty())
-        (*a)->receive([](caf::error&) {},
-                      caf::others >> [](caf::message_view&) -> caf::result<caf::message> {
-                        return caf::message{};
-                      });
-  }
-};
-
-}  // namespace
 
 ReplayResult replay_trace(const Trace& trace) {
   ReplayResult r;
-  Bench b(trace.header);
+  KeeperRig b(trace.header);
   const auto& want = trace.events;
-  const auto& got = b.buf->events;
+  const auto& got = b.events();
   auto line_of = [&](std::size_t i) {
     return i < trace.lines.size() ? trace.lines[i]
                                   : (trace.lines.empty() ? 2 : trace.lines.back() + 1);
@@ -130,9 +41,7 @@ ReplayResult replay_trace(const Trace& trace) {
   };
   // A missing reply shows as the next input recorded where the trace has the reply.
   for (const auto& e : want) {
-    if (!is_keeper_input(e.msg)) continue;
-    b.send_event(e);
-    b.drain();
+    if (!b.send(e)) continue;
     if (!compare()) return r;
   }
   if (r.matched < want.size()) {
@@ -147,8 +56,8 @@ namespace {
 
 struct IterationPlan {
   iteration_t k = 0;
-  std::vector<TraceMessage> before;  // setters and loads sent with this k before its update
-  std::optional<UpdateScale> update;
+  std::vector<KeeperInput> before;  // setters and loads sent after the previous update
+  std::optional<KeeperInput> update;
   std::vector<UnscaleDone> reports;
   std::optional<IterationClosed> closed;
   // recorded
@@ -159,14 +68,20 @@ struct IterationPlan {
 std::vector<IterationPlan> plan(const Trace& t) {
   std::map<iteration_t, IterationPlan> by_k;
   std::vector<iteration_t> order;  // iterations in the order of their UpdateScale
-  std::optional<float> last_reply;
   std::map<iteration_t, float> replies;
+  std::vector<KeeperInput> pending;  // setters and loads waiting for the next update
   for (const auto& e : t.events) {
     auto& it = by_k[e.k];
     it.k = e.k;
-    if (auto* u = std::get_if<UpdateScale>(&e.msg)) {
+    std::optional<KeeperInput> update;
+    if (auto* u = std::get_if<UpdateScale>(&e.msg)) update = *u;
+    if (auto* u = std::get_if<UpdateWhenClosed>(&e.msg)) update = *u;
+    if (auto* u = std::get_if<SetScale>(&e.msg)) update = *u;
+    if (update) {
       if (!it.update) {  // a duplicate is dropped by the keeper
-        it.update = *u;
+        it.update = *update;
+        it.before = std::move(pending);
+        pending.clear();
         order.push_back(e.k);
       }
     } else if (auto* d = std::get_if<UnscaleDone>(&e.msg)) {
@@ -174,9 +89,14 @@ std::vector<IterationPlan> plan(const Trace& t) {
       if (!it.scale_used) it.scale_used = d->scale_used;
     } else if (auto* c = std::get_if<IterationClosed>(&e.msg)) {
       it.closed = *c;
-    } else if (std::holds_alternative<SetParam>(e.msg) ||
-               std::holds_alternative<LoadStateDict>(e.msg)) {
-      if (!it.update) it.before.push_back(e.msg);
+    } else if (auto* g = std::get_if<SetGrowthFactor>(&e.msg)) {
+      pending.push_back(*g);
+    } else if (auto* b = std::get_if<SetBackoffFactor>(&e.msg)) {
+      pending.push_back(*b);
+    } else if (auto* i = std::get_if<SetGrowthInterval>(&e.msg)) {
+      pending.push_back(*i);
+    } else if (auto* l = std::get_if<LoadStateDict>(&e.msg)) {
+      pending.push_back(*l);
     } else if (auto* a = std::get_if<UpdateApplied>(&e.msg)) {
       it.applied = *a;
     } else if (auto* s = std::get_if<ScaleReply>(&e.msg)) {
@@ -211,15 +131,15 @@ void count(WhatIfCounts& c, const UpdateApplied& a, float scale) {
 WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
   WhatIfResult r;
   const auto iters = plan(trace);
-  Bench b(settings);
+  KeeperRig b(settings);
   const std::string trainer = "trainer1";
   const std::string optimizer = "optimizer1";
   std::map<iteration_t, float> replies;
   std::map<iteration_t, UpdateApplied> applied;
   std::size_t seen = 0;
   auto collect = [&] {
-    for (; seen < b.buf->events.size(); ++seen) {
-      const auto& m = b.buf->events[seen].msg;
+    for (; seen < b.events().size(); ++seen) {
+      const auto& m = b.events()[seen].msg;
       if (auto* s = std::get_if<ScaleReply>(&m)) replies[s->k] = s->scale;
       if (auto* a = std::get_if<UpdateApplied>(&m)) applied[a->k] = *a;
     }
@@ -238,13 +158,7 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
   for (std::size_t i = 0; i < iters.size(); ++i) {
     const IterationPlan& p = iters[i];
     for (const auto& m : p.before)
-      std::visit(
-          [&](const auto& x) {
-            using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, SetParam> || std::is_same_v<T, LoadStateDict>)
-              b.send(trainer, x);
-          },
-          m);
+      b.send(trainer, m);
     b.send(trainer, *p.update);
     if (i + 1 < iters.size()) b.send(trainer, ScaleRequest{iters[i + 1].k});
     const float s = reply_for(p.k).value_or(*p.scale_used);
@@ -253,11 +167,10 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
       b.send(optimizer, d);
     }
     if (p.closed) b.send(optimizer, *p.closed);
-    b.drain();
 
     WhatIfRow row;
     row.k = p.k;
-    row.has_unscales = !p.reports.empty() && !p.update->has_new_scale;
+    row.has_unscales = !p.reports.empty() && !std::holds_alternative<SetScale>(*p.update);
     for (const auto& d : p.reports)
       row.found_inf = row.found_inf || d.found_inf;
     row.recorded_scale = *p.scale_used;

@@ -1,6 +1,7 @@
 // Message traces of the scale_keeper: every message it receives and every message it sends, in its
 // mailbox order (the order that decides the scale), as JSON Lines. A trace replays bit for bit
-// into a fresh keeper (<ampactor/actors/replay.h>). The schema is in README.md, "Traces".
+// into a fresh keeper core (<ampactor/trace/replay.h>). The schema is in README.md, "Traces".
+// Recording is a KeeperTap (TraceRecorder): the keeper itself knows nothing of traces.
 #pragma once
 
 #include <cstdint>
@@ -12,22 +13,32 @@
 #include <variant>
 #include <vector>
 
-#include <ampactor/messages/messages.h>
+#include <memory>
+#include <unordered_map>
+
+#include <ampactor/actors/keeper_core.h>
 #include <ampactor/scaler/options.h>
 
 namespace ampactor {
 
-/// The schema version written in every header and the only one read.
-inline constexpr int trace_schema_version = 1;
+/// The schema version written in every header. Version 1 files (whose UpdateScale carried flags
+/// and whose monitor queries carried an iteration) are read too, as version 2 values.
+inline constexpr int trace_schema_version = 2;
 
 /// First line of a trace: what a fresh keeper needs to be rebuilt.
 struct TraceHeader {
   GradScalerOptions opts;
   ScalePolicy policy = ScalePolicy::exact;
+  /// The schema version the trace was read in (a header is always written in the current one).
+  int version = trace_schema_version;
 };
 
 /// keeper input: subscribe_atom with the subscriber's name.
 struct TraceSubscribe {
+  std::string subscriber;
+};
+/// keeper input: unsubscribe_atom with the subscriber's name.
+struct TraceUnsubscribe {
   std::string subscriber;
 };
 /// keeper output: a refused setter or load_state_dict (the caf::error reply).
@@ -39,8 +50,9 @@ struct TraceErrorReply {
 /// Every message a keeper receives or sends. The keeper's messages carry no tensors: found_inf is
 /// already a bool when it reaches the keeper.
 using TraceMessage =
-    std::variant<ScaleRequest, UnscaleDone, UpdateScale, IterationClosed, GetParams, SetParam,
-                 GetStateDict, LoadStateDict, TraceSubscribe,  // inputs
+    std::variant<ScaleRequest, UnscaleDone, UpdateScale, UpdateWhenClosed, SetScale,
+                 IterationClosed, GetParams, SetGrowthFactor, SetBackoffFactor, SetGrowthInterval,
+                 GetStateDict, LoadStateDict, TraceSubscribe, TraceUnsubscribe,  // inputs
                  ScaleReply, ScaleParams, StateDictMsg, UpdateApplied, TraceErrorReply>;
 
 /// The message type as written in a trace ("ScaleRequest", ..., "Subscribe", "Error").
@@ -56,7 +68,7 @@ inline constexpr const char* trace_anonymous = "anonymous";
 
 struct TraceEvent {
   std::uint64_t seq = 0;
-  iteration_t k = -1;  // the iteration the message belongs to (-1: none, e.g. Subscribe)
+  iteration_t k = -1;  // the iteration the message belongs to (-1: none, e.g. GetParams)
   std::string from;
   std::string to;
   TraceMessage msg;
@@ -66,23 +78,26 @@ struct TraceEvent {
 std::string to_json_line(const TraceHeader& h);
 std::string to_json_line(const TraceEvent& e);
 
-/// Where a keeper sends its trace. Called on the keeper's thread only, one call at a time; must not
-/// throw (the keeper drops a sink that does).
+/// Where a TraceRecorder writes. Called on the keeper's thread only, one call at a time; must not
+/// throw (the keeper drops a recorder whose sink does).
 class TraceSink {
  public:
   virtual ~TraceSink() = default;
   virtual void header(const TraceHeader& h) = 0;
   virtual void event(const TraceEvent& e) = 0;
+  /// The keeper stopped: nothing more comes.
+  virtual void finish() {}
 };
 
 /// Writes JSON Lines to a file. Opening fails with std::runtime_error; a later write error is kept
-/// (ok() turns false) rather than thrown into the keeper.
+/// (ok() turns false) rather than thrown into the keeper. finish() closes it.
 class TraceFile final : public TraceSink {
  public:
   explicit TraceFile(const std::string& path);
   ~TraceFile() override;
   void header(const TraceHeader& h) override;
   void event(const TraceEvent& e) override;
+  void finish() override { close(); }
   /// Flushes and closes; false if any write failed. Idempotent.
   bool close();
   bool ok() const;
@@ -106,6 +121,36 @@ class TraceBuffer final : public TraceSink {
   TraceHeader head;
   std::vector<TraceEvent> events;
 };
+
+/// The tap that records a keeper: names its peers by role and order of first appearance
+/// ("trainer1", "optimizer1", ...) and renumbers optimizers 1, 2, ... the same way, so two runs of
+/// one program give the same trace (actor ids and optimizer addresses vary).
+class TraceRecorder final : public KeeperTap {
+ public:
+  explicit TraceRecorder(std::shared_ptr<TraceSink> sink);
+  void started(const GradScalerOptions& opts, ScalePolicy policy) override;
+  void input(peer_id from, const KeeperInput& in) override;
+  void output(const KeeperOutput& out) override;
+  void stopped() override;
+  const std::shared_ptr<TraceSink>& sink() const { return sink_; }
+
+ private:
+  enum class Role { trainer, optimizer };
+  std::string name_of(peer_id who, Role role);
+  void emit(iteration_t k, std::string from, std::string to, TraceMessage m);
+
+  std::shared_ptr<TraceSink> sink_;
+  std::uint64_t seq_ = 0;
+  std::unordered_map<peer_id, std::string> names_;
+  int trainers_ = 0;
+  int optimizers_ = 0;
+  std::unordered_map<optimizer_id, optimizer_id> optimizer_ids_;
+};
+
+/// A recorder writing to a new (or truncated) file at `path`, complete once the keeper stops
+/// (e.g. when the GradScaler it is given to is destroyed). std::runtime_error if the file cannot
+/// be created.
+std::shared_ptr<TraceRecorder> record_trace(const std::string& path);
 
 /// A trace that could not be read: what() names the file, the line and the problem.
 class TraceError : public std::runtime_error {

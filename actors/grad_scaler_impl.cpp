@@ -1,0 +1,239 @@
+#include "internal/grad_scaler_impl.h"
+
+#include <ampactor/messages/config.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/others.hpp>
+#include <caf/send.hpp>
+
+#include <iostream>
+
+namespace ampactor {
+namespace internal {
+
+/// An actor system of the scaler's own, with its config (which must outlive it).
+class SystemHolder {
+ public:
+  // The keeper and the optimizer have threads of their own; the scheduler's workers only serve
+  // a user's actors here, so keep them few.
+  SystemHolder() : sys_(cfg_.scheduler_threads(2)) {}
+  caf::actor_system& sys() { return sys_; }
+
+ private:
+  SystemConfig cfg_;
+  caf::actor_system sys_;
+};
+
+void ResultLog::store(IterationDone& d) {
+  newest_ = std::max(newest_, d.k);
+  if (d.failed) unreported_.push_back(d);
+  results_[d.k] = std::move(d);
+  while (results_.size() > GradScaler::result_history)
+    results_.erase(results_.begin());
+}
+
+std::optional<IterationResult> ResultLog::find(iteration_t k) const {
+  auto it = results_.find(k);
+  if (it == results_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<IterationDone> ResultLog::take_unreported() {
+  if (unreported_.empty()) return std::nullopt;
+  IterationDone d = std::move(unreported_.front());
+  unreported_.pop_front();
+  return d;
+}
+
+namespace {
+std::string call(const char* method) {
+  return std::string("GradScaler.") + method + "()";
+}
+}  // namespace
+
+}  // namespace internal
+
+GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePolicy p,
+                       std::shared_ptr<KeeperTap> tap) {
+  o.validate();
+  setup.opts = o;
+  setup.policy = p;
+  setup.tap = std::move(tap);
+  if (!s) {
+    own = std::make_unique<internal::SystemHolder>();
+    s = &own->sys();
+  }
+  sys = s;
+  self = std::make_unique<caf::scoped_actor>(*sys);
+  OptimizerActorOptions oa;
+  oa.cancel_epoch = setup.cancel_epoch;
+  setup.actors.keeper = spawn_scale_keeper(*sys, o, p, oa.detached, setup.tap);
+  setup.actors.optimizer = spawn_optimizer_actor(*sys, setup.actors.keeper, o, oa);
+  // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
+  // would wake it for nothing.
+  const auto me = caf::actor_cast<trainer_actor>(*self);
+  caf::anon_send(setup.actors.optimizer, subscribe_atom::value, me, false);
+  caf::anon_send(setup.actors.keeper, subscribe_atom::value, me);
+}
+
+GradScaler::Impl::~Impl() {
+  try {
+    flush_close();
+    wait_for_optimizer();
+    drain();
+  } catch (const std::exception& e) {
+    std::cerr << "ampactor: GradScaler shutdown: " << e.what() << "\n";
+  }
+  for (const auto& d : log.unreported())
+    std::cerr << "ampactor: GradScaler destroyed with an unreported step-job error (iteration "
+              << d.k << "): " << d.error_text << "\n";
+  auto& a = setup.actors;
+  caf::anon_send_exit(a.optimizer, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(a.keeper, caf::exit_reason::user_shutdown);
+  // The tap hears stopped() as the keeper exits: wait, so a trace is complete when we return.
+  if (setup.tap) (*self)->wait_for(a.keeper);
+  self.reset();
+  a = ScalerActors{};  // a detached actor's thread ends once no handle refers to it
+  own.reset();         // joins the optimizer thread and the workers
+}
+
+JobContext* GradScaler::Impl::job() const {
+  JobContext* c = JobContext::current();
+  return c && c->runner() == setup.actors.optimizer.id() ? c : nullptr;
+}
+
+void GradScaler::Impl::require_main(const char* method) const {
+  using internal::call;
+  if (job())
+    throw ScalerError(errc::wrong_thread, call(method) +
+                                              " cannot be called inside a step job: it would wait "
+                                              "for the job itself. Call it from the main thread.");
+  if (std::this_thread::get_id() != setup.owner)
+    throw ScalerError(errc::wrong_thread, call(method) +
+                                              " must be called from the thread that created "
+                                              "the GradScaler, or inside one of its step jobs.");
+}
+
+void GradScaler::Impl::require_update_thread() const {
+  if (job() || std::this_thread::get_id() != setup.owner)
+    throw ScalerError(errc::update_off_main_thread, texts::update_off_main_thread);
+}
+
+void GradScaler::Impl::require_initialized(const char* method) const {
+  if (!main.initialized)
+    throw ScalerError(errc::scale_not_initialized, scale_not_initialized_text(method));
+}
+
+bool GradScaler::Impl::begin_update() {
+  require_update_thread();
+  if (!setup.opts.enabled) {
+    close_iteration(std::nullopt);
+    raise_unreported();
+    return true;
+  }
+  require_initialized("update");
+  return false;
+}
+
+float GradScaler::Impl::ensure_scale() {
+  auto& m = main;
+  if (!m.scale_k && !m.ask_for_scale && setup.policy == ScalePolicy::exact) {
+    drain();
+    while (!m.applied || m.applied->k < m.k - 1)
+      receive_one();
+    m.scale_k = m.applied->scale;
+  }
+  if (!m.scale_k && !m.ask_for_scale && setup.policy == ScalePolicy::lagged) {
+    drain();
+    if (m.applied) m.scale_k = m.applied->scale;
+  }
+  if (!m.scale_k) {
+    m.scale_k = ask_keeper<ScaleReply>(*self, ScaleRequest{m.k}).scale;
+    m.initialized = true;
+  }
+  return *m.scale_k;
+}
+
+void GradScaler::Impl::flush_close() {
+  if (!main.pending_close) return;
+  caf::anon_send(setup.actors.optimizer, CloseIteration{*main.pending_close, false});
+  main.pending_close.reset();
+}
+
+JobDone GradScaler::Impl::run_job(std::function<void()> fn) {
+  flush_close();
+  JobDone out;
+  caf::error err;
+  const float s = main.scale_k.value_or(1.0f);
+  StepJob job{main.k, s, std::move(fn), epoch()};
+  (*self)
+      ->request(setup.actors.optimizer, caf::infinite, std::move(job))
+      .receive([&](JobDone& d) { out = d; }, [&](caf::error& e) { err = std::move(e); });
+  if (err) throw to_exception(err);
+  main.known_unscales += out.unscales;
+  return out;
+}
+
+void GradScaler::Impl::drain() {
+  auto& me = *self;
+  while (!me->mailbox().empty())
+    receive_one();
+}
+
+void GradScaler::Impl::receive_one() {
+  (*self)->receive([&](IterationDone& d) { log.store(d); },
+                   [&](const UpdateApplied& a) {
+                     if (!main.applied || a.k > main.applied->k) main.applied = a;
+                   },
+                   caf::others >> [](caf::message_view& x) -> caf::result<caf::message> {
+                     // Nothing else is sent here; say so rather than drop it in silence.
+                     std::cerr << "ampactor: GradScaler ignored an unexpected message: "
+                               << caf::to_string(x.copy_content_to_message()) << "\n";
+                     return caf::message{};
+                   });
+}
+
+void GradScaler::Impl::raise_unreported() {
+  drain();
+  if (auto d = log.take_unreported()) throw ScalerError(d->error_code, d->error_text);
+}
+
+void GradScaler::Impl::close_iteration(const std::optional<KeeperInput>& update) {
+  auto& a = setup.actors;
+  if (update)
+    std::visit(
+        [&](const auto& u) {
+          using T = std::decay_t<decltype(u)>;
+          if constexpr (std::is_same_v<T, UpdateScale> || std::is_same_v<T, UpdateWhenClosed> ||
+                        std::is_same_v<T, SetScale>)
+            caf::anon_send(a.keeper, u);
+        },
+        *update);
+  const bool report = update && std::holds_alternative<UpdateWhenClosed>(*update);
+  flush_close();
+  if (report)
+    caf::anon_send(a.optimizer, CloseIteration{main.k, true});  // the keeper waits for it
+  else
+    main.pending_close = main.k;
+  if (update) main.ask_for_scale = false;  // UpdateApplied{k} will carry the next scale
+  ++main.k;
+  main.scale_k.reset();
+  main.known_unscales = 0;
+  main.async_in_k = false;
+}
+
+ScaleParams GradScaler::Impl::params(bool up_to_date, const char* method) {
+  if (job()) {
+    if (up_to_date)
+      throw ScalerError(errc::wrong_thread,
+                        internal::call(method) +
+                            " with up_to_date=true cannot be called inside a step job: it would "
+                            "wait for the job itself.");
+    caf::scoped_actor tmp{*sys};
+    return ask_keeper<ScaleParams>(tmp, GetParams{false});
+  }
+  require_main(method);
+  return ask_keeper<ScaleParams>(*self, GetParams{up_to_date});
+}
+
+}  // namespace ampactor
