@@ -1,0 +1,63 @@
+// KeeperCore driven input by input (KeeperRig): the protocol checks that need no actors.
+#include "doctest_torch.h"
+
+#include <ampactor/trace/rig.h>
+
+using namespace ampactor;
+
+TEST_CASE("exact: a ScaleRequest that skips an iteration's update is a protocol_misuse error") {
+  KeeperRig rig(GradScalerOptions{}, ScalePolicy::exact);
+  rig.send("t", ScaleRequest{0});
+  rig.send("t", ScaleRequest{1});  // UpdateScale{0} forgotten
+  const auto& got = rig.replies("t");
+  REQUIRE(got.size() == 2);
+  const auto* err = std::get_if<KeeperError>(&got[1]);
+  REQUIRE(err);
+  CHECK(err->code == errc::protocol_misuse);
+  CHECK(err->what.find("update of iteration 0 was never sent") != std::string::npos);
+  // Nothing changed: once the update comes, the request is answered.
+  rig.send("o", UnscaleDone{0, 1, false, 65536.0f});
+  rig.send("t", UpdateScale{0, 1});
+  rig.send("t", ScaleRequest{1});
+  REQUIRE(rig.replies("t").size() == 3);
+  CHECK(std::get<ScaleReply>(rig.replies("t")[2]).k == 1);
+}
+
+TEST_CASE("lagged: a ScaleRequest ahead of the updates is answered (RoundPipe's lag)") {
+  KeeperRig rig(GradScalerOptions{}, ScalePolicy::lagged);
+  rig.send("t", ScaleRequest{0});
+  rig.send("t", ScaleRequest{1});
+  REQUIRE(rig.replies("t").size() == 2);
+  CHECK(std::holds_alternative<ScaleReply>(rig.replies("t")[1]));
+}
+
+TEST_CASE("subscribe twice pushes once; unsubscribe stops the pushes") {
+  KeeperRig rig(GradScalerOptions{}, ScalePolicy::exact);
+  const peer_id m = rig.peer("monitor");
+  rig.send("monitor", Subscribe{m});
+  rig.send("monitor", Subscribe{m});
+  CHECK(rig.core().subscribers() == std::vector<peer_id>{m});
+  rig.send("t", ScaleRequest{0});
+  rig.send("t", SetScale{0, 8.0});
+  REQUIRE(rig.pushes().size() == 1);
+  rig.send("monitor", Unsubscribe{m});
+  CHECK(rig.core().subscribers().empty());
+  const auto outs = rig.send("t", SetScale{1, 4.0});
+  REQUIRE(outs.size() == 1);  // still applied and recorded, pushed to nobody
+  CHECK(std::get<KeeperPush>(outs[0]).to.empty());
+}
+
+TEST_CASE("monitor queries need no iteration and answer in mailbox order") {
+  KeeperRig rig(GradScalerOptions{}, ScalePolicy::exact);
+  rig.send("t", ScaleRequest{0});
+  rig.send("t", UpdateScale{0, 1});
+  rig.send("m", GetParams{true});  // waits behind update 0
+  CHECK(rig.replies("m").empty());
+  rig.send("m", SetGrowthInterval{0});  // refused, after the getter
+  rig.send("o", UnscaleDone{0, 1, true, 65536.0f});
+  const auto& got = rig.replies("m");
+  REQUIRE(got.size() == 2);
+  CHECK(std::get<ScaleParams>(got[0]).scale == 32768.0);
+  CHECK(std::get<KeeperError>(got[1]).code == errc::bad_growth_interval);
+  CHECK(rig.core().state().growth_interval() == 2000);
+}
