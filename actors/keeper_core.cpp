@@ -51,16 +51,22 @@ iteration_t iteration_of(const KeeperInput& in) {
       in);
 }
 
-KeeperCore::KeeperCore(const GradScalerOptions& opts, ScalePolicy policy,
-                       std::shared_ptr<KeeperTap> tap)
-    : state_((opts.validate(), opts)), policy_(policy), tap_(std::move(tap)) {
+/// Calls the tap; one that throws is dropped (with a line on stderr) and the keeper goes on.
+template <class F>
+void KeeperCore::notify(F f) {
   if (!tap_) return;
   try {
-    tap_->started(opts, policy);
+    f(*tap_);
   } catch (const std::exception& e) {
     std::cerr << "ampactor: scale_keeper tap dropped: " << e.what() << "\n";
     tap_.reset();
   }
+}
+
+KeeperCore::KeeperCore(const GradScalerOptions& opts, ScalePolicy policy,
+                       std::shared_ptr<KeeperTap> tap)
+    : state_((opts.validate(), opts)), policy_(policy), tap_(std::move(tap)) {
+  notify([&](KeeperTap& t) { t.started(opts, policy); });
 }
 
 KeeperCore::~KeeperCore() {
@@ -70,12 +76,7 @@ KeeperCore::~KeeperCore() {
 void KeeperCore::stop() {
   if (stopped_) return;
   stopped_ = true;
-  if (!tap_) return;
-  try {
-    tap_->stopped();
-  } catch (const std::exception& e) {
-    std::cerr << "ampactor: scale_keeper tap failed at stop: " << e.what() << "\n";
-  }
+  notify([](KeeperTap& t) { t.stopped(); });
 }
 
 ScaleParams KeeperCore::params() const {
@@ -83,25 +84,8 @@ ScaleParams KeeperCore::params() const {
           state_.backoff_factor(), state_.growth_interval(), state_.growth_tracker()};
 }
 
-void KeeperCore::tap_input(peer_id from, const KeeperInput& in) {
-  if (!tap_) return;
-  try {
-    tap_->input(from, in);
-  } catch (const std::exception& e) {
-    std::cerr << "ampactor: scale_keeper tap dropped: " << e.what() << "\n";
-    tap_.reset();
-  }
-}
-
 void KeeperCore::emit(KeeperOutput out) {
-  if (tap_) {
-    try {
-      tap_->output(out);
-    } catch (const std::exception& e) {
-      std::cerr << "ampactor: scale_keeper tap dropped: " << e.what() << "\n";
-      tap_.reset();
-    }
-  }
+  notify([&](KeeperTap& t) { t.output(out); });
   out_->push_back(std::move(out));
 }
 
@@ -113,7 +97,7 @@ std::vector<KeeperOutput> KeeperCore::handle(peer_id from, const KeeperInput& in
                                              std::uint64_t request) {
   std::vector<KeeperOutput> out;
   out_ = &out;
-  tap_input(from, in);
+  notify([&](KeeperTap& t) { t.input(from, in); });
   std::visit(
       [&](const auto& m) {
         using T = std::decay_t<decltype(m)>;

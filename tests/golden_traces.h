@@ -35,9 +35,9 @@ struct GoldenRig {
     sink->finish();
   }
   void send(const std::string& from, KeeperInput m) {
-    rig.send(from, std::move(m));
-    for (const auto& r : rig.replies(trainer))
-      if (auto* s = std::get_if<ScaleReply>(&r)) scale_of[s->k] = s->scale;
+    for (const auto& o : rig.send(from, std::move(m)))
+      if (auto* r = std::get_if<KeeperReply>(&o))
+        if (auto* s = std::get_if<ScaleReply>(&r->msg)) scale_of[s->k] = s->scale;
   }
   void anon(KeeperInput m) { send(trace_anonymous, std::move(m)); }
   /// One optimizer's report for iteration k, with the scale the trainer was given for k.

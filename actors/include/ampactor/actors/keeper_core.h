@@ -123,7 +123,8 @@ class KeeperCore {
   void drain();
   void reply(peer_id to, std::uint64_t request, iteration_t k, ReplyMessage msg);
   void emit(KeeperOutput out);
-  void tap_input(peer_id from, const KeeperInput& in);
+  template <class F>
+  void notify(F f);
 
   ScaleState state_;
   ScalePolicy policy_;
