@@ -1,3 +1,4 @@
+#include <ampactor/actors/internal/host_offload.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
@@ -40,8 +41,24 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     if (!p.defined() || !at::isFloatingType(p.scalar_type()))
       throw std::invalid_argument("AsyncOptimizer: model parameter " + std::to_string(i) +
                                   " is not a floating-point tensor");
+  }
+  if (const auto& md = options_.master_device; md && !model_.empty() && *md != model_[0].device()) {
+    if (!md->is_cpu())
+      throw std::invalid_argument("AsyncOptimizer: master_device " + md->str() +
+                                  " is neither the model's device (" + model_[0].device().str() +
+                                  ") nor the CPU");
+    if (options_.swap_weights || options_.defer_grad_move)
+      throw std::invalid_argument(
+          "AsyncOptimizer: with the masters on the CPU the grads always move in fn's job and the "
+          "weights through pinned buffers; swap_weights and defer_grad_move do not apply");
+    offload_ = std::make_unique<internal::HostOffload>(model_);
+  }
+  const at::Device master_device =
+      options_.master_device.value_or(model_.empty() ? at::Device(at::kCPU) : model_[0].device());
+  for (std::size_t i = 0; i < model_.size(); ++i) {
+    const at::Tensor& p = model_[i];
     masters_.push_back(p.detach()
-                           .to(options_.optim_dtype, /*non_blocking=*/false,
+                           .to(master_device, options_.optim_dtype, /*non_blocking=*/false,
                                /*copy=*/true)
                            .set_requires_grad(true));
     if (options_.swap_weights) spare_.push_back(p.detach().clone());
@@ -99,6 +116,7 @@ std::vector<at::Tensor> AsyncOptimizer::model_grads() const {
 }
 
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
+  if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
   if (options_.staleness == 0) {
     scaler_.run_on_optimizer([&] {
@@ -210,7 +228,41 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
       SubmitOptions().unscales(UnscalePermit::exactly(1)));
 }
 
+void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<void()> fn) {
+  // One job: the grads arrive (this thread alone waits for them), the CPU's fp16 -> fp32 move
+  // unscales and checks them in the same pass and reports UnscaleDone, fn steps, and the new
+  // weights are staged for the trainer, even when fn fails (as the spare is in step()).
+  auto job = [this, &opt, fn = std::move(fn)] {
+    const std::vector<at::Tensor> grads = offload_->receive_grads();
+    try {
+      JobContext::current()->move_and_unscale_(opt, grads, masters_);
+      if (fn) fn();
+    } catch (...) {
+      offload_->stage_weights(masters_);
+      throw;
+    }
+    offload_->stage_weights(masters_);
+  };
+  const std::vector<at::Tensor> grads = model_grads();
+  if (options_.staleness == 0) {
+    offload_->exchange(&grads, nullptr);
+    scaler_.run_on_optimizer(job);
+    offload_->exchange(nullptr, &model_);
+    return;
+  }
+  // The previous job has staged step k-1's weights and read the host grads once this returns
+  // (FIFO); its weights and this step's grads then cross at once, behind this backward.
+  scaler_.run_on_optimizer([] {});
+  offload_->exchange(&grads, &model_);
+  scaler_.submit(std::move(job), SubmitOptions().unscales(UnscalePermit::exactly(1)));
+}
+
 void AsyncOptimizer::sync() {
+  if (offload_) {
+    scaler_.run_on_optimizer([] {});
+    offload_->exchange(nullptr, &model_);
+    return;
+  }
   if (waiter_) {
     take_spare();                                        // the newest weights are the model's
     scaler_.run_on_optimizer([&] { copy_to_spare(); });  // both buffers equal

@@ -657,8 +657,7 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
   out["replay"] = {{"events", t.events.size()}, {"read_and_replay_ms", replay_ms}};
   out["rounds"] = rounds;
   out["iterations_per_round"] = iters;
-  std::error_code ec;
-  fs::remove_all(dir, ec);
+  bench::remove_tree(dir.string());
   return out;
 }
 

@@ -148,21 +148,22 @@ TEST_CASE("staleness 1: iteration k runs on the weights of step k-2, fn overlaps
   CHECK(pipe.staleness() == 1);
   torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
   std::vector<at::Tensor> used(n), after_step(n);
+  // Written by jobs that may outlive their loop iteration: never a loop-local.
+  std::vector<const void*> master_grad_memory(n);
   for (iteration_t k = 0; k < n; ++k) {
     used[std::size_t(k)] = model.p[0].detach().clone();  // the weights this forward runs on
     if (!defer) model.zero_grad();
     scaler.scale(model.loss(k, false)).backward();
     const void* grad_memory = model.p[0].grad().data_ptr();
-    const void* master_grad_memory = nullptr;
     pipe.step(opt, [&, k] {
-      master_grad_memory = pipe.optim_parameters()[0].grad().data_ptr();
+      master_grad_memory[std::size_t(k)] = pipe.optim_parameters()[0].grad().data_ptr();
       scaler.step(opt);
       after_step[std::size_t(k)] = pipe.optim_parameters()[0].detach().clone();
     });
     if (defer) {
       // The job owns the fp32 grads: the master took this one over without a copy.
       scaler.run_on_optimizer([] {});
-      CHECK(master_grad_memory == grad_memory);
+      CHECK(master_grad_memory[std::size_t(k)] == grad_memory);
     }
     // Deferred, the step took the grads: the next backward starts from none.
     for (const at::Tensor& p : model.p)
@@ -227,6 +228,22 @@ TEST_CASE("pipeline misuse: fn may not unscale, bad options are refused") {
   }
   CHECK(what.find("may not unscale") != std::string::npos);
   CHECK(scaler.get_scale() == 256.0);  // the grad move's clean unscale still made update 0
+}
+
+TEST_CASE("master_device: the model's device keeps the masters there; another device is refused") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  AsyncOptimizerOptions o;
+  o.master_device = at::Device(at::kCPU);  // the model's own device: no offloading
+  {
+    AsyncOptimizer pipe(model.p, scaler, o);
+    CHECK(pipe.optim_parameters()[0].device().is_cpu());
+  }
+  // Masters on a GPU for a model on the CPU: refused by value, before any device is touched.
+  o.master_device = at::Device(at::kCUDA, 0);
+  CHECK_THROWS_WITH_AS(AsyncOptimizer(model.p, scaler, o),
+                       doctest::Contains("neither the model's device (cpu) nor the CPU"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("optimizer_threads sets the optimizer thread's team size and no other") {

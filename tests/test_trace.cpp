@@ -10,6 +10,7 @@
 
 #include <ATen/ops/ones.h>
 
+#include <ftw.h>
 #include <unistd.h>
 #include <cmath>
 #include <cstdlib>
@@ -55,13 +56,17 @@ std::string join(const std::vector<std::string>& lines) {
   return s;
 }
 
-/// A scratch directory of this process, removed at exit.
+/// A scratch directory of this process, removed at exit. Not by std::filesystem::remove_all:
+/// a PyTorch wheel's libtorch.so exports a copy of it that jumps to null (seen with torch 2.11),
+/// and the dynamic linker binds the test's call to that copy.
 struct Scratch {
   fs::path dir = fs::temp_directory_path() / ("ampactor-trace-test-" + std::to_string(getpid()));
   Scratch() { fs::create_directories(dir); }
   ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    nftw(
+        dir.c_str(),
+        [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
+        FTW_DEPTH | FTW_PHYS);
   }
 };
 const fs::path& scratch() {

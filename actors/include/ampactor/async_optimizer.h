@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace caf {
@@ -29,6 +30,9 @@ class Optimizer;
 namespace ampactor {
 
 class GradScaler;
+namespace internal {
+class HostOffload;
+}
 
 struct AsyncOptimizerOptions {
   /// 1: iteration k+1 runs on the weights of step k-1 (the optimizer overlaps); 0: synchronous.
@@ -54,6 +58,14 @@ struct AsyncOptimizerOptions {
   /// check in the next scale(); with swap_weights as well, step() waits only for the previous
   /// step's job, if it is still running, and swaps the buffers on the trainer's thread.
   bool defer_grad_move = false;
+  /// Where the masters, their grads and the optimizer's state live (default: the model's
+  /// device). at::kCPU for a model on a GPU is RoundPipe's setting: the grads go to pinned host
+  /// memory and the weights come back from it on two CUDA streams of their own, ordered by
+  /// events (never a host-wide sync); the inf check is part of the CPU's fp16 -> fp32 grad move,
+  /// and both copies overlap. The grad move then always runs in fn's job (as defer_grad_move)
+  /// and the weights travel as swap_weights' would, so neither of those two applies. Staleness
+  /// 1: step() waits for the previous step's job, then queues the copies and returns.
+  std::optional<at::Device> master_device;
 };
 
 class AsyncOptimizer {
@@ -97,6 +109,8 @@ class AsyncOptimizer {
   /// defer_grad_move + swap_weights, on the trainer: waits for the last job's word that the
   /// spare is filled, then swaps it in (or, if the job was dropped unrun, copies the masters).
   void take_spare();
+  /// step() with the masters on the CPU and the model on a GPU.
+  void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;
@@ -105,7 +119,8 @@ class AsyncOptimizer {
   AsyncOptimizerOptions options_;
   // defer_grad_move + swap_weights: the mailbox where each job says the spare is filled.
   std::unique_ptr<caf::scoped_actor> waiter_;
-  bool spare_pending_ = false;  // a job's word is still to come
+  bool spare_pending_ = false;                      // a job's word is still to come
+  std::unique_ptr<internal::HostOffload> offload_;  // master_device CPU, the model elsewhere
 };
 
 }  // namespace ampactor

@@ -1,0 +1,52 @@
+// The model on an accelerator, its masters and the optimizer on the CPU (RoundPipe's setting):
+// pinned host copies of the grads and the weights, moved on two streams of their own and ordered
+// by events, so neither the trainer nor the GPU ever waits for a host-wide sync.
+//
+// Written against c10's device-generic streams and events, so it builds with any LibTorch; at
+// run time it needs one with the model's device (CUDA) compiled in.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include <atomic>
+#include <vector>
+
+namespace ampactor::internal {
+
+class HostOffload {
+ public:
+  /// `model`: the model's parameters, all on one non-CPU device. Throws std::invalid_argument
+  /// otherwise, and when this LibTorch lacks that device type.
+  explicit HostOffload(const std::vector<at::Tensor>& model);
+  HostOffload(const HostOffload&) = delete;
+  HostOffload& operator=(const HostOffload&) = delete;
+
+  /// Trainer thread, after backward: queues on the copy-out stream the grads' copy into pinned
+  /// host memory, and, when `model` is given and weights were staged since the last call, on the
+  /// copy-in stream the staged weights' copy into the model; both behind everything queued so
+  /// far on the current stream (the last backward writes the grads and reads the weights), and
+  /// both at once. The current stream then waits for them: the next forward runs on the new
+  /// weights, and the next backward may rewrite or free the grads at once. An undefined grad
+  /// stays undefined. `grads` may be null: the weights only.
+  void exchange(const std::vector<at::Tensor>* grads, const std::vector<at::Tensor>* model);
+  /// Optimizer thread: blocks this thread alone until the last exchange's grad copies have
+  /// landed, then returns the host copies (the model's grad dtype, pinned).
+  const std::vector<at::Tensor>& receive_grads();
+  /// Optimizer thread: writes the masters into the pinned host weights (cast to the model's
+  /// dtype), once the last exchange has finished reading them.
+  void stage_weights(const std::vector<at::Tensor>& masters);
+
+  c10::Device device() const { return device_; }
+
+ private:
+  c10::Device device_;
+  c10::Stream out_;                  // device -> host: the grads
+  c10::Stream in_;                   // host -> device: the weights
+  std::vector<at::Tensor> grads_;    // pinned, the model's grad dtype
+  std::vector<at::Tensor> weights_;  // pinned, the model's dtype
+  std::atomic<bool> staged_{false};  // weights_ holds weights the model has not received
+};
+
+}  // namespace ampactor::internal

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds and checks ampactor on a GPU host that has nvcc, CMake, ninja and a PyTorch with CUDA but
+# no Debian packages. CAF, doctest, nlohmann-json and CLI11 come as .deb files in $DEBS, made on a
+# Debian 12 machine with:
+#   mkdir -p .debs && (cd .debs && apt-get download libcaf-dev libcaf-core0.17 libcaf-io0.17 \
+#     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev)
+#
+# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload)
+# Logs go to $LOGDIR (default $OUT, else /tmp/ampactor-gpu), one file per step.
+set -uo pipefail
+DEBS=${DEBS:-.debs}
+PREFIX=${PREFIX:-/tmp/ampactor-prefix}
+BUILD=${BUILD:-build-gpu}
+LOGDIR=${LOGDIR:-${OUT:-/tmp/ampactor-gpu}}
+JOBS=${JOBS:-$(nproc)}
+mkdir -p "$LOGDIR"
+status=0
+
+step_env() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  nvcc --version | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  cmake --version | head -1
+  c++ --version | head -1
+  nproc
+}
+
+step_build() {
+  mkdir -p "$PREFIX"
+  for f in "$DEBS"/*.deb; do dpkg -x "$f" "$PREFIX" || return 1; done
+  local torch_prefix
+  torch_prefix=$(python3 -c 'import torch.utils; print(torch.utils.cmake_prefix_path)') || return 1
+  cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMPACTOR_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="75;90" -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX/usr" || return 1
+  local t0=$SECONDS
+  cmake --build "$BUILD" -j "$JOBS" || return 1
+  echo "build: $((SECONDS - t0)) s on $JOBS cores"
+}
+
+step_ctest() {
+  (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 300)
+}
+
+step_sanitize() {
+  local rc=0
+  for tool in memcheck racecheck synccheck; do
+    echo "== compute-sanitizer --tool $tool"
+    compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/ampactor-tests-cuda" || rc=1
+  done
+  return $rc
+}
+
+step_bench() {
+  "$BUILD/bench/ampactor-bench-kernels" --gpu-only --json "$LOGDIR/bench-kernels-gpu.json"
+}
+
+step_demo() {
+  "$BUILD/demo/ampactor-demo" --device cuda --out /tmp/ampactor-demo &&
+    cp /tmp/ampactor-demo/summary.csv "$LOGDIR/demo-summary.csv"
+}
+
+step_offload() {
+  "$BUILD/tests/ampactor-tests-offload" &&
+    "$BUILD/bench/ampactor-bench-offload" --json "$LOGDIR/bench-offload.json"
+}
+
+for s in "$@"; do
+  echo "### $s"
+  t0=$SECONDS
+  if "step_$s" >"$LOGDIR/$s.log" 2>&1; then
+    echo "### $s ok ($((SECONDS - t0)) s)"
+  else
+    echo "### $s FAILED ($((SECONDS - t0)) s)"
+    status=1
+    tail -40 "$LOGDIR/$s.log"
+    [ "$s" = build ] && break
+  fi
+  tail -5 "$LOGDIR/$s.log"
+done
+exit $status
