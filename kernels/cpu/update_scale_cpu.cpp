@@ -1,9 +1,8 @@
 // update_scale: checks, then the rule on the host for CPU tensors or the one-thread kernel for
-// CUDA tensors. The rule is repeated here (not called from scaler/) because the kernels sit below
-// the scaler core; the tests hold the two to the same results.
+// CUDA tensors; both apply apply_scale_rule from the scaler core.
 #include <ampactor/kernels/update_scale.h>
+#include <ampactor/scaler/update_rule.h>
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -41,24 +40,18 @@ void update_scale(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tenso
   check_one("found_inf", found_inf, at::kFloat, device);
   if (growth_interval < 1)
     fail("growth_interval must be at least 1, got " + std::to_string(growth_interval));
+  const ScaleRule rule{growth_factor, backoff_factor, growth_interval};
   if (device.is_cuda()) {
     if (const char* why = internal::cuda_unavailable_reason())
       fail("tensors on " + device.str() + " need the CUDA kernels, but " + why);
-    internal::cuda_update_scale(kOp, scale, growth_tracker, found_inf, growth_factor,
-                                backoff_factor, growth_interval);
+    internal::cuda_update_scale(kOp, scale, growth_tracker, found_inf, rule);
   } else if (device.is_cpu()) {
     float& s = scale.data_ptr<float>()[0];
     std::int32_t& tracker = growth_tracker.data_ptr<std::int32_t>()[0];
-    if (found_inf.data_ptr<float>()[0] != 0.0f) {
-      s = static_cast<float>(double(s) * backoff_factor);
-      tracker = 0;
-    } else if (tracker + 1 == growth_interval) {
-      const float grown = static_cast<float>(double(s) * growth_factor);
-      if (std::isfinite(grown)) s = grown;
-      tracker = 0;
-    } else {
-      tracker = tracker + 1;
-    }
+    ScaleRuleState state{s, tracker};
+    apply_scale_rule(rule, state, found_inf.data_ptr<float>()[0] != 0.0f);
+    s = state.scale;
+    tracker = state.growth_tracker;
   } else {
     fail("tensors on " + device.str() + " have no kernels (CPU or CUDA only)");
   }

@@ -31,8 +31,8 @@ void cuda_move(const char* op, at::TensorList, at::TensorList, const at::Tensor*
   unavailable(op);
 }
 
-void cuda_update_scale(const char* op, at::Tensor&, at::Tensor&, const at::Tensor&, double, double,
-                       std::int64_t) {
+void cuda_update_scale(const char* op, at::Tensor&, at::Tensor&, const at::Tensor&,
+                       const ScaleRule&) {
   unavailable(op);
 }
 

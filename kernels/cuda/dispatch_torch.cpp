@@ -112,13 +112,11 @@ void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master
 }
 
 void cuda_update_scale(const char* op, at::Tensor& scale, at::Tensor& growth_tracker,
-                       const at::Tensor& found_inf, double growth_factor, double backoff_factor,
-                       std::int64_t growth_interval) {
+                       const at::Tensor& found_inf, const ScaleRule& rule) {
   const c10::cuda::CUDAGuard guard(scale.device());
   check_status(op,
                gpu::update_scale(scale.data_ptr<float>(), growth_tracker.data_ptr<std::int32_t>(),
-                                 found_inf.data_ptr<float>(), growth_factor, backoff_factor,
-                                 growth_interval, current_stream(scale)));
+                                 found_inf.data_ptr<float>(), rule, current_stream(scale)));
 }
 
 }  // namespace ampactor::kernels::internal
