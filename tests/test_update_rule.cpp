@@ -12,13 +12,17 @@
 #include <cstdint>
 #include <limits>
 #include <random>
-#include <stdexcept>
 #include <type_traits>
 
+#include "refusal.h"
+
 using ampactor::apply_scale_rule;
+using ampactor::errc;
 using ampactor::ScaleRule;
 using ampactor::ScaleRuleState;
 using ampactor::UpdateOutcome;
+using ampactor::test::Refusal;
+using ampactor::test::refusal_of;
 namespace k = ampactor::kernels;
 
 namespace {
@@ -129,28 +133,35 @@ TEST_CASE("update_scale on CPU tensors equals apply_scale_rule on random found_i
   }
 }
 
-TEST_CASE("update_scale refuses bad input and changes nothing") {
+TEST_CASE("update_scale refuses bad input with its code and changes nothing") {
   at::Tensor scale = at::full({1}, 8.0f), tracker = at::full({1}, 2, at::kInt);
   at::Tensor found = at::zeros({1});
   struct Case {
     const char* what;
     at::Tensor s, t, f;
     std::int64_t interval;
+    errc code;
     const char* part;
   };
+  const errc bad_tensor = errc::invalid_gradients;
   const Case cases[] = {
-      {"tracker not Int", scale, at::zeros({1}), found, 3, "growth_tracker must be a Int"},
-      {"two-element scale", at::full({2}, 8.0f), tracker, found, 3, "exactly 1 element"},
-      {"double found_inf", scale, tracker, at::zeros({1}, at::kDouble), 3, "found_inf must be"},
-      {"interval 0", scale, tracker, found, 0, "growth_interval must be at least 1"},
+      {"tracker not Int", scale, at::zeros({1}), found, 3, bad_tensor,
+       "growth_tracker must be a Int"},
+      {"two-element scale", at::full({2}, 8.0f), tracker, found, 3, bad_tensor,
+       "exactly 1 element"},
+      {"double found_inf", scale, tracker, at::zeros({1}, at::kDouble), 3, bad_tensor,
+       "found_inf must be"},
+      {"interval 0", scale, tracker, found, 0, errc::bad_growth_interval,
+       "growth_interval must be at least 1"},
       {"meta found_inf", scale, tracker, at::zeros({1}, at::TensorOptions().device(at::kMeta)), 3,
-       "found_inf is on meta"},
+       bad_tensor, "found_inf is on meta"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
     at::Tensor s = c.s, t = c.t;
-    CHECK_THROWS_WITH_AS(k::update_scale(s, t, c.f, 2.0, 0.5, c.interval),
-                         doctest::Contains(c.part), std::invalid_argument);
+    const Refusal r = refusal_of([&] { k::update_scale(s, t, c.f, 2.0, 0.5, c.interval); });
+    CHECK(r.code == c.code);
+    CHECK(r.mentions(c.part));
     CHECK(scale.item<float>() == 8.0f);
     CHECK(tracker.item<std::int32_t>() == 2);
   }

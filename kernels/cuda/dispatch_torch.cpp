@@ -9,6 +9,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <ampactor/scaler/errors.h>
+
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -37,10 +39,13 @@ void* current_stream(const at::Tensor& on) {
   return c10::cuda::getCurrentCUDAStream(on.device().index()).stream();
 }
 
+// Input a launcher refuses is the same misuse the CPU path reports as invalid_gradients; any other
+// status is a failure of the CUDA runtime.
 void check_status(const char* op, int status) {
-  if (status != 0)
-    throw std::runtime_error(std::string("ampactor::") + op +
-                             ": CUDA: " + gpu::error_string(status));
+  if (status == 0) return;
+  const std::string what = std::string("ampactor::") + op + ": CUDA: " + gpu::error_string(status);
+  if (status == gpu::kInvalidInput) throw ScalerError(errc::invalid_gradients, what);
+  throw std::runtime_error(what);
 }
 
 }  // namespace
