@@ -7,7 +7,6 @@
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 
 namespace ampactor {
@@ -46,11 +45,7 @@ std::vector<std::pair<c10::Device, at::Tensor>> StepTracker::unscale_grads(
   std::vector<std::pair<c10::Device, at::Tensor>> found;
   for (auto& [device, grads] : per_device) {
     at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-    try {
-      kernels::unscale_and_check(grads, inv_scale, f);
-    } catch (const std::invalid_argument& e) {
-      throw ScalerError(errc::invalid_gradients, e.what());
-    }
+    kernels::unscale_and_check(grads, inv_scale, f);  // refusals: invalid_gradients
     found.emplace_back(device, f);
   }
   return found;
@@ -109,13 +104,9 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
   }
   const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
   at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-  try {
-    // The move first: if it refuses its input, no adopted gradient has been touched.
-    kernels::move_grads_and_unscale(from, to, inv_scale, f);
-    kernels::unscale_and_check(adopted, inv_scale, f);
-  } catch (const std::invalid_argument& e) {
-    throw ScalerError(errc::invalid_gradients, e.what());
-  }
+  // The move first: if it refuses its input, no adopted gradient has been touched.
+  kernels::move_grads_and_unscale(from, to, inv_scale, f);
+  kernels::unscale_and_check(adopted, inv_scale, f);
   for (std::size_t i = 0; i < masters.size(); ++i)
     masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
   OptimizerRecord& rec = records_[&opt];

@@ -3,12 +3,12 @@
 // inf/NaN, and lists of 1 to 2100 tensors of odd sizes. The raw launchers are driven through the
 // CUDA runtime, so they run on any GPU machine even with a CPU-only LibTorch; the tensor entry
 // points on CUDA tensors are tested where LibTorch has CUDA. Without a device every GPU test
-// prints "skipped: ..." and passes. update_scale's CPU path runs everywhere.
+// prints "skipped: ..." and passes. update_scale's CPU path is in test_update_rule.cpp.
 #include "doctest_torch.h"
 
 #include <ampactor/kernels/unscale.h>
 #include <ampactor/kernels/update_scale.h>
-#include <ampactor/scaler/scale_state.h>
+#include <ampactor/scaler/update_rule.h>
 
 #include <cfloat>
 #include <cmath>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "refusal.h"
 #include "tensor_helpers.h"
 
 #ifdef AMPACTOR_CUDA_BUILT
@@ -76,58 +77,6 @@ at::Tensor flat_storage(const at::Tensor& t) {
 }
 
 }  // namespace
-
-// ---- update_scale on CPU tensors: runs in every build ----
-
-TEST_CASE("update_scale on CPU tensors follows apply_update_rule step for step") {
-  std::mt19937 rng(5);
-  for (std::int64_t interval : {1, 2, 3, 7}) {
-    for (float start : {65536.0f, 3.0e38f, 1.0e-30f}) {
-      CAPTURE(interval);
-      CAPTURE(start);
-      at::Tensor scale = at::full({1}, start, at::kFloat);
-      at::Tensor tracker = at::zeros({1}, at::kInt);
-      at::Tensor found = at::zeros({1}, at::kFloat);
-      float want_scale = start;
-      std::int32_t want_tracker = 0;
-      for (int step = 0; step < 40; ++step) {
-        const bool inf = rng() % 5 == 0;
-        found.fill_(inf ? (step % 2 ? NAN : 1.0f) : 0.0f);
-        k::update_scale(scale, tracker, found, 2.0, 0.5, interval);
-        ampactor::apply_update_rule(want_scale, want_tracker, inf, 2.0, 0.5, interval);
-        REQUIRE(scale.item<float>() == want_scale);
-        REQUIRE(tracker.item<std::int32_t>() == want_tracker);
-      }
-    }
-  }
-}
-
-TEST_CASE("update_scale refuses bad input and changes nothing") {
-  at::Tensor scale = at::full({1}, 8.0f), tracker = at::full({1}, 2, at::kInt);
-  at::Tensor found = at::zeros({1});
-  struct Case {
-    const char* what;
-    at::Tensor s, t, f;
-    std::int64_t interval;
-    const char* part;
-  };
-  const Case cases[] = {
-      {"tracker not Int", scale, at::zeros({1}), found, 3, "growth_tracker must be a Int"},
-      {"two-element scale", at::full({2}, 8.0f), tracker, found, 3, "exactly 1 element"},
-      {"double found_inf", scale, tracker, at::zeros({1}, at::kDouble), 3, "found_inf must be"},
-      {"interval 0", scale, tracker, found, 0, "growth_interval must be at least 1"},
-      {"meta found_inf", scale, tracker, at::zeros({1}, at::TensorOptions().device(at::kMeta)), 3,
-       "found_inf is on meta"},
-  };
-  for (const Case& c : cases) {
-    CAPTURE(c.what);
-    at::Tensor s = c.s, t = c.t;
-    CHECK_THROWS_WITH_AS(k::update_scale(s, t, c.f, 2.0, 0.5, c.interval),
-                         doctest::Contains(c.part), std::invalid_argument);
-    CHECK(scale.item<float>() == 8.0f);
-    CHECK(tracker.item<std::int32_t>() == 2);
-  }
-}
 
 #ifndef AMPACTOR_CUDA_BUILT
 TEST_CASE("CUDA kernels are not in a build without CUDA") {
@@ -413,7 +362,7 @@ TEST_CASE("CUDA launchers refuse bad input before queuing anything") {
   const gpu::MoveSpan move_bad{data.ptr, nullptr, 4, gpu::DType::f16};
   CHECK(gpu::move_grads_and_unscale(&move_bad, 1, nullptr, 0.5f, static_cast<float*>(flag.ptr),
                                     nullptr) == gpu::kInvalidInput);
-  CHECK(gpu::update_scale(nullptr, nullptr, nullptr, 2.0, 0.5, 1, nullptr) == gpu::kInvalidInput);
+  CHECK(gpu::update_scale(nullptr, nullptr, nullptr, {2.0, 0.5, 1}, nullptr) == gpu::kInvalidInput);
   REQUIRE(cudaDeviceSynchronize() == 0);
   std::vector<float> after(16);
   data.download(after.data());
@@ -424,7 +373,7 @@ TEST_CASE("CUDA launchers refuse bad input before queuing anything") {
   CHECK(read_flag(flag) == 0.0f);
 }
 
-TEST_CASE("CUDA update_scale follows apply_update_rule step for step") {
+TEST_CASE("CUDA update_scale follows apply_scale_rule step for step") {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(3);
   DeviceBuffer scale(4), tracker(4), found(4);
@@ -434,24 +383,24 @@ TEST_CASE("CUDA update_scale follows apply_update_rule step for step") {
         CAPTURE(interval);
         CAPTURE(start);
         CAPTURE(start_tracker);
-        float want_scale = start;
-        std::int32_t want_tracker = start_tracker;
+        const ampactor::ScaleRule rule{2.0, 0.5, interval};
+        ampactor::ScaleRuleState want{start, start_tracker};
         scale.upload(&start);
         tracker.upload(&start_tracker);
         for (int step = 0; step < 30; ++step) {
           const bool inf = rng() % 6 == 0;
           const float f = inf ? (step % 2 ? NAN : 1.0f) : 0.0f;
           found.upload(&f);
-          require_ok(gpu::update_scale(
-              static_cast<float*>(scale.ptr), static_cast<std::int32_t*>(tracker.ptr),
-              static_cast<float*>(found.ptr), 2.0, 0.5, interval, nullptr));
-          ampactor::apply_update_rule(want_scale, want_tracker, inf, 2.0, 0.5, interval);
+          require_ok(gpu::update_scale(static_cast<float*>(scale.ptr),
+                                       static_cast<std::int32_t*>(tracker.ptr),
+                                       static_cast<float*>(found.ptr), rule, nullptr));
+          ampactor::apply_scale_rule(rule, want, inf);
           float got_scale = 0;
           std::int32_t got_tracker = -1;
           scale.download(&got_scale);
           tracker.download(&got_tracker);
-          REQUIRE(got_scale == want_scale);
-          REQUIRE(got_tracker == want_tracker);
+          REQUIRE(got_scale == want.scale);
+          REQUIRE(got_tracker == want.growth_tracker);
         }
       }
     }
@@ -576,17 +525,19 @@ TEST_CASE("CUDA tensors: update_scale on the device equals the CPU tensors' upda
   CHECK(tracker.item<std::int32_t>() == tracker_cpu.item<std::int32_t>());
 }
 
-TEST_CASE("CUDA tensors: mixed devices are refused before anything runs") {
+TEST_CASE("CUDA tensors: mixed devices are refused as invalid_gradients before anything runs") {
   SKIP_WITHOUT_GPU();
   std::vector<at::Tensor> grads{at::ones({4}, at::TensorOptions().device(at::kCUDA)),
                                 at::ones({4})};
   at::Tensor found = at::zeros({1}, at::TensorOptions().device(at::kCUDA));
-  CHECK_THROWS_WITH_AS(k::unscale_and_check(grads, 0.5f, found), doctest::Contains("one device"),
-                       std::invalid_argument);
+  const Refusal on_cuda = refusal_of([&] { k::unscale_and_check(grads, 0.5f, found); });
+  CHECK(on_cuda.code == ampactor::errc::invalid_gradients);
+  CHECK(on_cuda.mentions("one device"));
   CHECK(grads[0].cpu().equal(at::ones({4})));
   at::Tensor found_cpu = at::zeros({1});
-  CHECK_THROWS_WITH_AS(k::unscale_and_check({grads[0]}, 0.5f, found_cpu),
-                       doctest::Contains("one device"), std::invalid_argument);
+  const Refusal on_cpu = refusal_of([&] { k::unscale_and_check({grads[0]}, 0.5f, found_cpu); });
+  CHECK(on_cpu.code == ampactor::errc::invalid_gradients);
+  CHECK(on_cpu.mentions("one device"));
 }
 
 #elif defined(AMPACTOR_CUDA_BUILT)

@@ -1,6 +1,7 @@
 // CPU entry points: validate everything first (so bad input changes nothing), describe each tensor
 // as rows of strided elements, cut the work into chunks and run them in parallel.
 #include <ampactor/kernels/unscale.h>
+#include <ampactor/scaler/errors.h>
 
 #include <ATen/Parallel.h>
 
@@ -8,7 +9,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,7 +43,7 @@ constexpr std::int64_t kParallelMinElems = 1 << 19;
 constexpr int kMaxDims = 16;
 
 [[noreturn]] void fail(const char* op, const std::string& what) {
-  throw std::invalid_argument(std::string("ampactor::") + op + ": " + what);
+  throw ScalerError(errc::invalid_gradients, std::string("ampactor::") + op + ": " + what);
 }
 
 /// "grads[3]", formatted only when an error needs it (validation runs on every call).

@@ -1,10 +1,9 @@
 // update_scale: checks, then the rule on the host for CPU tensors or the one-thread kernel for
-// CUDA tensors. The rule is repeated here (not called from scaler/) because the kernels sit below
-// the scaler core; the tests hold the two to the same results.
+// CUDA tensors; both apply apply_scale_rule from the scaler core.
 #include <ampactor/kernels/update_scale.h>
+#include <ampactor/scaler/errors.h>
+#include <ampactor/scaler/update_rule.h>
 
-#include <cmath>
-#include <stdexcept>
 #include <string>
 
 #include "../cuda/dispatch.h"
@@ -14,53 +13,54 @@ namespace {
 
 constexpr const char* kOp = "update_scale";
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::invalid_argument(std::string("ampactor::") + kOp + ": " + what);
+[[noreturn]] void fail(errc code, const std::string& what) {
+  throw ScalerError(code, std::string("ampactor::") + kOp + ": " + what);
+}
+
+[[noreturn]] void refuse_tensor(const std::string& what) {
+  fail(errc::invalid_gradients, what);
 }
 
 void check_one(const char* name, const at::Tensor& t, at::ScalarType dtype,
                const c10::Device& device) {
-  if (!t.defined()) fail(std::string(name) + " is undefined");
+  if (!t.defined()) refuse_tensor(std::string(name) + " is undefined");
   if (t.numel() != 1)
-    fail(std::string(name) + " must have exactly 1 element, got " + std::to_string(t.numel()));
+    refuse_tensor(std::string(name) + " must have exactly 1 element, got " +
+                  std::to_string(t.numel()));
   if (t.scalar_type() != dtype)
-    fail(std::string(name) + " must be a " + c10::toString(dtype) + " tensor, got " +
-         c10::toString(t.scalar_type()));
+    refuse_tensor(std::string(name) + " must be a " + c10::toString(dtype) + " tensor, got " +
+                  c10::toString(t.scalar_type()));
   if (t.device() != device)
-    fail(std::string(name) + " is on " + t.device().str() + " but scale is on " + device.str());
+    refuse_tensor(std::string(name) + " is on " + t.device().str() + " but scale is on " +
+                  device.str());
 }
 
 }  // namespace
 
 void update_scale(at::Tensor& scale, at::Tensor& growth_tracker, const at::Tensor& found_inf,
                   double growth_factor, double backoff_factor, std::int64_t growth_interval) {
-  if (!scale.defined()) fail("scale is undefined");
+  if (!scale.defined()) refuse_tensor("scale is undefined");
   const c10::Device device = scale.device();
   check_one("scale", scale, at::kFloat, device);
   check_one("growth_tracker", growth_tracker, at::kInt, device);
   check_one("found_inf", found_inf, at::kFloat, device);
   if (growth_interval < 1)
-    fail("growth_interval must be at least 1, got " + std::to_string(growth_interval));
+    fail(errc::bad_growth_interval,
+         "growth_interval must be at least 1, got " + std::to_string(growth_interval));
+  const ScaleRule rule{growth_factor, backoff_factor, growth_interval};
   if (device.is_cuda()) {
     if (const char* why = internal::cuda_unavailable_reason())
-      fail("tensors on " + device.str() + " need the CUDA kernels, but " + why);
-    internal::cuda_update_scale(kOp, scale, growth_tracker, found_inf, growth_factor,
-                                backoff_factor, growth_interval);
+      refuse_tensor("tensors on " + device.str() + " need the CUDA kernels, but " + why);
+    internal::cuda_update_scale(kOp, scale, growth_tracker, found_inf, rule);
   } else if (device.is_cpu()) {
     float& s = scale.data_ptr<float>()[0];
     std::int32_t& tracker = growth_tracker.data_ptr<std::int32_t>()[0];
-    if (found_inf.data_ptr<float>()[0] != 0.0f) {
-      s = static_cast<float>(double(s) * backoff_factor);
-      tracker = 0;
-    } else if (tracker + 1 == growth_interval) {
-      const float grown = static_cast<float>(double(s) * growth_factor);
-      if (std::isfinite(grown)) s = grown;
-      tracker = 0;
-    } else {
-      tracker = tracker + 1;
-    }
+    ScaleRuleState state{s, tracker};
+    apply_scale_rule(rule, state, found_inf.data_ptr<float>()[0] != 0.0f);
+    s = state.scale;
+    tracker = state.growth_tracker;
   } else {
-    fail("tensors on " + device.str() + " have no kernels (CPU or CUDA only)");
+    refuse_tensor("tensors on " + device.str() + " have no kernels (CPU or CUDA only)");
   }
   // Written behind the dispatcher's back: keep autograd's in-place bookkeeping honest.
   for (at::Tensor* t : {&scale, &growth_tracker})

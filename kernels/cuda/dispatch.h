@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include <ampactor/scaler/update_rule.h>
+
 namespace ampactor::kernels::internal {
 
 /// Why CUDA tensors cannot run in this build, or nullptr when they can.
@@ -23,7 +25,6 @@ void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master
 
 /// The one-thread scale update on the current stream.
 void cuda_update_scale(const char* op, at::Tensor& scale, at::Tensor& growth_tracker,
-                       const at::Tensor& found_inf, double growth_factor, double backoff_factor,
-                       std::int64_t growth_interval);
+                       const at::Tensor& found_inf, const ScaleRule& rule);
 
 }  // namespace ampactor::kernels::internal

@@ -1,6 +1,7 @@
 // The CUDA branch where it cannot run: without the CUDA kernels, or against a LibTorch without
 // CUDA (no CUDA tensor can exist there, but the message says why if one ever arrives).
-#include <stdexcept>
+#include <ampactor/scaler/errors.h>
+
 #include <string>
 
 #include "dispatch.h"
@@ -17,8 +18,9 @@ const char* cuda_unavailable_reason() {
 
 namespace {
 [[noreturn]] void unavailable(const char* op) {
-  throw std::invalid_argument(std::string("ampactor::") + op + ": CUDA tensors need the CUDA " +
-                              "kernels, but " + cuda_unavailable_reason());
+  throw ScalerError(errc::invalid_gradients, std::string("ampactor::") + op +
+                                                 ": CUDA tensors need the CUDA kernels, but " +
+                                                 cuda_unavailable_reason());
 }
 }  // namespace
 
@@ -31,8 +33,8 @@ void cuda_move(const char* op, at::TensorList, at::TensorList, const at::Tensor*
   unavailable(op);
 }
 
-void cuda_update_scale(const char* op, at::Tensor&, at::Tensor&, const at::Tensor&, double, double,
-                       std::int64_t) {
+void cuda_update_scale(const char* op, at::Tensor&, at::Tensor&, const at::Tensor&,
+                       const ScaleRule&) {
   unavailable(op);
 }
 

@@ -9,6 +9,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <ampactor/scaler/errors.h>
+
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -37,10 +39,13 @@ void* current_stream(const at::Tensor& on) {
   return c10::cuda::getCurrentCUDAStream(on.device().index()).stream();
 }
 
+// Input a launcher refuses is the same misuse the CPU path reports as invalid_gradients; any other
+// status is a failure of the CUDA runtime.
 void check_status(const char* op, int status) {
-  if (status != 0)
-    throw std::runtime_error(std::string("ampactor::") + op +
-                             ": CUDA: " + gpu::error_string(status));
+  if (status == 0) return;
+  const std::string what = std::string("ampactor::") + op + ": CUDA: " + gpu::error_string(status);
+  if (status == gpu::kInvalidInput) throw ScalerError(errc::invalid_gradients, what);
+  throw std::runtime_error(what);
 }
 
 }  // namespace
@@ -112,13 +117,11 @@ void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master
 }
 
 void cuda_update_scale(const char* op, at::Tensor& scale, at::Tensor& growth_tracker,
-                       const at::Tensor& found_inf, double growth_factor, double backoff_factor,
-                       std::int64_t growth_interval) {
+                       const at::Tensor& found_inf, const ScaleRule& rule) {
   const c10::cuda::CUDAGuard guard(scale.device());
   check_status(op,
                gpu::update_scale(scale.data_ptr<float>(), growth_tracker.data_ptr<std::int32_t>(),
-                                 found_inf.data_ptr<float>(), growth_factor, backoff_factor,
-                                 growth_interval, current_stream(scale)));
+                                 found_inf.data_ptr<float>(), rule, current_stream(scale)));
 }
 
 }  // namespace ampactor::kernels::internal

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <ampactor/scaler/update_rule.h>
+
 namespace ampactor::kernels::gpu {
 
 /// Element types of gradients (the same order as the CPU loops' ElemType).
@@ -48,13 +50,10 @@ int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, voi
 int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float* inv_scale_dev,
                            float inv_scale_value, float* found_inf_dev, void* stream);
 
-/// torch's dynamic scale update as a one-thread kernel on device values: on *found_inf != 0 the
-/// scale backs off and the tracker resets; otherwise the tracker counts up and, when it reaches
-/// growth_interval (==), the scale grows if the grown value is finite. Products in double,
-/// rounded to float once, exactly as the host rule in scaler/scale_state.cpp.
+/// The dynamic scale update (apply_scale_rule, update_rule.h) as a one-thread kernel on device
+/// values: *found_inf != 0 is a found inf/NaN. The rule's parameters travel by value.
 int update_scale(float* scale_dev, std::int32_t* growth_tracker_dev, const float* found_inf_dev,
-                 double growth_factor, double backoff_factor, std::int64_t growth_interval,
-                 void* stream);
+                 ScaleRule rule, void* stream);
 
 /// Most spans one launch of the list kernels takes; longer lists take several launches.
 std::size_t max_spans_per_launch();

@@ -14,7 +14,9 @@ namespace ampactor::kernels {
 /// not; all on one device. `inv_scale` and `found_inf` are 1-element fp32 tensors on that device.
 /// Pre-zeroing `found_inf` is the caller's job: it is only ever set, never cleared. When
 /// `inv_scale` is exactly 1 the gradients are only read. An empty list is fine and finds nothing.
-/// Bad input throws std::invalid_argument before any gradient is touched.
+/// Bad input (dtype, device, shape, overlapping memory; the same on CPU and CUDA) throws
+/// ampactor::ScalerError with errc::invalid_gradients before any gradient is touched. A failure
+/// of the CUDA runtime itself (a launch error) throws std::runtime_error.
 void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf);
 
 /// The same with the inverse scale as a host value.
@@ -25,6 +27,7 @@ void check_finite(at::TensorList grads, at::Tensor& found_inf);
 
 /// master_grads[i] = float(model_grads[i]) * inv_scale, checking model_grads for inf/NaN, in one
 /// pass. Model grads may be fp16, bf16, fp32 or fp64; masters are fp32 of the same shapes.
+/// Errors as for unscale_and_check; nothing is written when the input is refused.
 void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
                             float inv_scale, at::Tensor& found_inf);
 

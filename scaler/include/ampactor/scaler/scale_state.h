@@ -1,22 +1,16 @@
-// The scale and its update rule, bit for bit torch's `_amp_update_scale_`. No threads, no tensors.
+// A scaler's scale, tracker and rule parameters (the rule itself is in update_rule.h). No threads,
+// no tensors.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
 #include <ampactor/scaler/options.h>
+#include <ampactor/scaler/update_rule.h>
 
 namespace ampactor {
 
-/// What one application of the update rule did.
-struct UpdateOutcome {
-  bool backed_off = false;      // found_inf: scale *= backoff, tracker reset
-  bool grew = false;            // tracker reached the interval and the grown scale was finite
-  bool growth_refused = false;  // tracker reached the interval but the grown scale was not finite
-};
-
-/// torch's rule on a float scale and an int32 tracker. Products are taken in double (the factors
-/// are doubles in torch) and rounded to float once, exactly as torch's kernels do.
+/// apply_scale_rule (update_rule.h) with the rule's parameters and state as separate values.
 UpdateOutcome apply_update_rule(float& scale, std::int32_t& growth_tracker, bool found_inf,
                                 double growth_factor, double backoff_factor,
                                 std::int64_t growth_interval);
@@ -40,9 +34,10 @@ class ScaleState {
   float inv_scale() const { return float(1.0 / double(*scale_)); }
   std::int64_t growth_tracker() const { return scale_ ? tracker_ : init_tracker_; }
 
-  double growth_factor() const { return growth_factor_; }
-  double backoff_factor() const { return backoff_factor_; }
-  std::int64_t growth_interval() const { return growth_interval_; }
+  double growth_factor() const { return rule_.growth_factor; }
+  double backoff_factor() const { return rule_.backoff_factor; }
+  std::int64_t growth_interval() const { return rule_.growth_interval; }
+  const ScaleRule& rule() const { return rule_; }
   /// Setters check their value (ScalerError) and change nothing when it is refused.
   void set_growth_factor(double v);
   void set_backoff_factor(double v);
@@ -70,9 +65,7 @@ class ScaleState {
   std::int64_t init_tracker_ = 0;
   std::optional<float> scale_;
   std::int32_t tracker_ = 0;
-  double growth_factor_;
-  double backoff_factor_;
-  std::int64_t growth_interval_;
+  ScaleRule rule_;
 };
 
 }  // namespace ampactor
