@@ -131,7 +131,7 @@ struct optimizer_state {
   optimizer_state() = default;
   scale_keeper_actor keeper;
   GradScalerOptions opts;
-  std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
+  OptimizerActorOptions::Epoch cancel_epoch;
   std::map<iteration_t, IterationState> open;
   struct Subscriber {
     caf::actor who;
@@ -145,7 +145,8 @@ using optimizer_ptr = optimizer_actor::stateful_pointer<optimizer_state>;
 
 IterationState& open_iteration(optimizer_state& st, iteration_t k) {
   auto it = st.open.find(k);
-  if (it == st.open.end()) it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads)).first;
+  if (it == st.open.end())
+    it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads())).first;
   return it->second;
 }
 
@@ -153,8 +154,8 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 class Job final : public JobContext {
  public:
   Job(optimizer_ptr self, const StepJob& job, IterationState& it, std::int32_t counted)
-      : JobContext(job.k, job.scale, self->state.opts.enabled, job.may_unscale, counted, self->id(),
-                   it.tracker),
+      : JobContext(job.k, job.scale, self->state.opts.enabled(), job.may_unscale, counted,
+                   self->id(), it.tracker),
         self_(self),
         it_(it) {}
 
@@ -181,7 +182,7 @@ void record_failure(IterationState& it, errc code, std::string what) {
 
 optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor keeper,
                                          GradScalerOptions opts,
-                                         std::shared_ptr<const std::atomic<std::uint64_t>> epoch) {
+                                         OptimizerActorOptions::Epoch epoch) {
   self->state.keeper = std::move(keeper);
   self->state.opts = opts;
   self->state.cancel_epoch = std::move(epoch);
@@ -193,7 +194,7 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         // not make the keeper hears of at once, or the update waiting for them never applies;
         // a disabled scaler reports none and owes none.
         const std::int32_t counted = job.may_unscale ? 0 : std::max(job.counted_unscales, 0);
-        const std::int32_t owed = st.opts.enabled ? counted : 0;
+        const std::int32_t owed = st.opts.enabled() ? counted : 0;
         auto release_counted = [&](std::int32_t made) {
           if (made < owed) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
         };
@@ -227,12 +228,12 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
       },
       [=](CloseIteration c) {
         auto& st = self->state;
-        IterationState it(st.opts.allow_fp16_grads);
+        IterationState it(st.opts.allow_fp16_grads());
         if (auto found = st.open.find(c.k); found != st.open.end()) {
           it = std::move(found->second);
           st.open.erase(found);
         }
-        if (c.report_unscales && st.opts.enabled && it.unscales == 0 && !it.failed &&
+        if (c.report_unscales && st.opts.enabled() && it.unscales == 0 && !it.failed &&
             it.cancelled == 0)
           record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
         const bool abandoned = it.failed || it.cancelled > 0;
@@ -255,16 +256,15 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
 optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor keeper,
                                       const GradScalerOptions& opts,
                                       OptimizerActorOptions options) {
-  if (options.detached)
-    return sys.spawn<caf::detached>(optimizer, std::move(keeper), opts,
-                                    std::move(options.cancel_epoch));
-  return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch));
+  if (options.detached())
+    return sys.spawn<caf::detached>(optimizer, std::move(keeper), opts, options.cancel_epoch());
+  return sys.spawn(optimizer, std::move(keeper), opts, options.cancel_epoch());
 }
 
 ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
                                  ScalePolicy policy, OptimizerActorOptions options) {
   ScalerActors a;
-  a.keeper = spawn_scale_keeper(sys, opts, policy, options.detached);
+  a.keeper = spawn_scale_keeper(sys, opts, policy, options.detached());
   a.optimizer = spawn_optimizer_actor(sys, a.keeper, opts, std::move(options));
   return a;
 }

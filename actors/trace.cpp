@@ -375,12 +375,34 @@ const char* policy_name(ScalePolicy p) {
   return p == ScalePolicy::lagged ? "lagged" : "exact";
 }
 
-struct OptionFields {
-  template <class F>
-  static void apply(F& f, GradScalerOptions& o) {
-    f("init_scale", o.init_scale), f("growth_factor", o.growth_factor),
-        f("backoff_factor", o.backoff_factor), f("growth_interval", o.growth_interval),
-        f("enabled", o.enabled), f("allow_fp16_grads", o.allow_fp16_grads);
+// The options through their getters and their checked setters; the field names are the
+// schema's.
+void write_options(Writer& w, const GradScalerOptions& o) {
+  w("init_scale", o.init_scale()), w("growth_factor", o.growth_factor()),
+      w("backoff_factor", o.backoff_factor()), w("growth_interval", o.growth_interval()),
+      w("enabled", o.enabled()), w("allow_fp16_grads", o.allow_fp16_grads());
+}
+
+// The header's options as read, before the setters check them.
+struct OptionValues {
+  double init_scale = 0, growth_factor = 0, backoff_factor = 0;
+  std::int64_t growth_interval = 0;
+  bool enabled = false, allow_fp16_grads = false;
+
+  explicit OptionValues(Reader& r) {
+    r("init_scale", init_scale), r("growth_factor", growth_factor),
+        r("backoff_factor", backoff_factor), r("growth_interval", growth_interval),
+        r("enabled", enabled), r("allow_fp16_grads", allow_fp16_grads);
+  }
+  /// Throws ScalerError for a value a setter refuses.
+  GradScalerOptions options() const {
+    return GradScalerOptions()
+        .enabled(enabled)
+        .allow_fp16_grads(allow_fp16_grads)
+        .growth_factor(growth_factor)
+        .backoff_factor(backoff_factor)
+        .growth_interval(growth_interval)
+        .init_scale(init_scale);
   }
 };
 
@@ -408,10 +430,11 @@ TraceHeader read_header(const json& j) {
   const json& o = r.at("options");
   if (!o.is_object()) r.wrong("options", o, "an object");
   Reader ro{o, "header.options"};
-  OptionFields::apply(ro, h.opts);
+  const OptionValues values(ro);
   ro.done();
   r.done();
   try {
+    h.opts = values.options();
     h.opts.validate();
   } catch (const ScalerError& e) {
     throw Bad(std::string("header.options: ") + e.what());
@@ -470,8 +493,7 @@ static_assert(std::is_same_v<std::variant_alternative_t<9, TraceMessage>, ScaleR
 std::string to_json_line(const TraceHeader& h) {
   ojson o = ojson::object();
   Writer w{o};
-  GradScalerOptions opts = h.opts;
-  OptionFields::apply(w, opts);
+  write_options(w, h.opts);
   ojson j = {{"trace", "ampactor"},
              {"version", trace_schema_version},
              {"policy", policy_name(h.policy)},

@@ -141,11 +141,11 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   std::set<int> inject;
   if (scaled) inject.insert(s.overflow_at.begin(), s.overflow_at.end());
 
-  ampactor::GradScalerOptions so;
-  so.init_scale = 65536;
-  so.growth_interval = s.growth_interval;
-  so.enabled = scaled;
-  so.allow_fp16_grads = true;
+  const auto so = ampactor::GradScalerOptions()
+                      .init_scale(65536)
+                      .growth_interval(s.growth_interval)
+                      .enabled(scaled)
+                      .allow_fp16_grads(true);
   const auto policy =
       mode == "fp16-async-lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
   std::unique_ptr<ampactor::GradScaler> scaler;

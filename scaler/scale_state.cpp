@@ -33,10 +33,10 @@ UpdateOutcome apply_update_rule(float& scale, std::int32_t& growth_tracker, bool
 }
 
 ScaleState::ScaleState(const GradScalerOptions& opts)
-    : init_scale_(opts.init_scale),
-      growth_factor_(opts.growth_factor),
-      backoff_factor_(opts.backoff_factor),
-      growth_interval_(opts.growth_interval) {}
+    : init_scale_(opts.init_scale()),
+      growth_factor_(opts.growth_factor()),
+      backoff_factor_(opts.backoff_factor()),
+      growth_interval_(opts.growth_interval()) {}
 
 void ScaleState::lazy_init() {
   if (scale_) return;

@@ -509,9 +509,7 @@ TEST_CASE("defer_grad_move with a disabled scaler: the grads move unscaled, as w
   for (bool defer : {false, true}) {
     CAPTURE(defer);
     Mlp model;
-    GradScalerOptions o;
-    o.enabled = false;
-    GradScaler scaler(o);
+    GradScaler scaler(GradScalerOptions().enabled(false));
     AsyncOptimizerOptions po;
     po.swap_weights = true;
     po.defer_grad_move = defer;
