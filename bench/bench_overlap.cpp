@@ -267,8 +267,12 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
     opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-4));
   } else {
     scaler = std::make_unique<GradScaler>(so, m.policy);
-    pipe = std::make_unique<AsyncOptimizer>(
-        params, *scaler, AsyncOptimizerOptions{m.staleness, at::kFloat, 1, m.swap, m.defer});
+    pipe = std::make_unique<AsyncOptimizer>(params, *scaler,
+                                            AsyncOptimizerOptions()
+                                                .staleness(m.staleness)
+                                                .optimizer_threads(1)
+                                                .swap_weights(m.swap)
+                                                .defer_grad_move(m.defer));
     if (m.in_cache_step)
       opt = std::make_unique<torch::optim::SGD>(pipe->optim_parameters(),
                                                 torch::optim::SGDOptions(1e-4));
