@@ -2,6 +2,7 @@
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
+#include <ampactor/scaler/errors.h>
 
 #include <caf/atom.hpp>
 #include <caf/scoped_actor.hpp>
@@ -20,53 +21,71 @@
 
 namespace ampactor {
 
+AsyncOptimizerOptions& AsyncOptimizerOptions::staleness(int v) {
+  if (v != 0 && v != 1)
+    throw ScalerError(errc::bad_option,
+                      "AsyncOptimizer: staleness must be 0 or 1, got " + std::to_string(v));
+  staleness_ = v;
+  return *this;
+}
+
+AsyncOptimizerOptions& AsyncOptimizerOptions::optim_dtype(at::ScalarType v) {
+  if (v != at::kFloat && v != at::kDouble)
+    throw ScalerError(errc::bad_option, "AsyncOptimizer: optim_dtype must be float or double");
+  optim_dtype_ = v;
+  return *this;
+}
+
+AsyncOptimizerOptions& AsyncOptimizerOptions::optimizer_threads(int v) {
+  if (v < 0)
+    throw ScalerError(errc::bad_option,
+                      "AsyncOptimizer: optimizer_threads must be >= 0, got " + std::to_string(v));
+  optimizer_threads_ = v;
+  return *this;
+}
+
 AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
                                AsyncOptimizerOptions options)
     : model_(std::move(model_params)), scaler_(scaler), options_(options) {
-  if (options_.staleness != 0 && options_.staleness != 1)
-    throw std::invalid_argument("AsyncOptimizer: staleness must be 0 or 1, got " +
-                                std::to_string(options_.staleness));
-  if (options_.optim_dtype != at::kFloat && options_.optim_dtype != at::kDouble)
-    throw std::invalid_argument("AsyncOptimizer: optim_dtype must be float or double");
-  if (options_.optimizer_threads < 0)
-    throw std::invalid_argument("AsyncOptimizer: optimizer_threads must be >= 0, got " +
-                                std::to_string(options_.optimizer_threads));
-  if (options_.swap_weights && options_.staleness != 1)
-    throw std::invalid_argument("AsyncOptimizer: swap_weights needs staleness 1");
-  if (options_.defer_grad_move && options_.staleness != 1)
-    throw std::invalid_argument("AsyncOptimizer: defer_grad_move needs staleness 1");
+  if (options_.swap_weights() && options_.staleness() != 1)
+    throw ScalerError(errc::bad_option, "AsyncOptimizer: swap_weights needs staleness 1");
+  if (options_.defer_grad_move() && options_.staleness() != 1)
+    throw ScalerError(errc::bad_option, "AsyncOptimizer: defer_grad_move needs staleness 1");
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i) {
     const at::Tensor& p = model_[i];
     if (!p.defined() || !at::isFloatingType(p.scalar_type()))
-      throw std::invalid_argument("AsyncOptimizer: model parameter " + std::to_string(i) +
-                                  " is not a floating-point tensor");
+      throw ScalerError(errc::bad_parameters, "AsyncOptimizer: model parameter " +
+                                                  std::to_string(i) +
+                                                  " is not a floating-point tensor");
   }
-  if (const auto& md = options_.master_device; md && !model_.empty() && *md != model_[0].device()) {
+  if (const auto& md = options_.master_device();
+      md && !model_.empty() && *md != model_[0].device()) {
     if (!md->is_cpu())
-      throw std::invalid_argument("AsyncOptimizer: master_device " + md->str() +
-                                  " is neither the model's device (" + model_[0].device().str() +
-                                  ") nor the CPU");
-    if (options_.swap_weights || options_.defer_grad_move)
-      throw std::invalid_argument(
+      throw ScalerError(errc::bad_option, "AsyncOptimizer: master_device " + md->str() +
+                                              " is neither the model's device (" +
+                                              model_[0].device().str() + ") nor the CPU");
+    if (options_.swap_weights() || options_.defer_grad_move())
+      throw ScalerError(
+          errc::bad_option,
           "AsyncOptimizer: with the masters on the CPU the grads always move in fn's job and the "
           "weights through pinned buffers; swap_weights and defer_grad_move do not apply");
     offload_ = std::make_unique<internal::HostOffload>(model_);
   }
   const at::Device master_device =
-      options_.master_device.value_or(model_.empty() ? at::Device(at::kCPU) : model_[0].device());
+      options_.master_device().value_or(model_.empty() ? at::Device(at::kCPU) : model_[0].device());
   for (std::size_t i = 0; i < model_.size(); ++i) {
     const at::Tensor& p = model_[i];
     masters_.push_back(p.detach()
-                           .to(master_device, options_.optim_dtype, /*non_blocking=*/false,
+                           .to(master_device, options_.optim_dtype(), /*non_blocking=*/false,
                                /*copy=*/true)
                            .set_requires_grad(true));
-    if (options_.swap_weights) spare_.push_back(p.detach().clone());
+    if (options_.swap_weights()) spare_.push_back(p.detach().clone());
   }
-  if (options_.defer_grad_move && options_.swap_weights)
+  if (options_.defer_grad_move() && options_.swap_weights())
     waiter_ = std::make_unique<caf::scoped_actor>(
         caf::actor_cast<caf::actor>(scaler_.actors().optimizer).home_system());
-  if (const int n = options_.optimizer_threads; n > 0)
+  if (const int n = options_.optimizer_threads(); n > 0)
     scaler_.run_on_optimizer([n] {
       // LibTorch sets each thread's team size lazily from a process-wide value on first use;
       // trigger that first, then set this thread's alone (at::set_num_threads would change the
@@ -118,7 +137,7 @@ std::vector<at::Tensor> AsyncOptimizer::model_grads() const {
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
-  if (options_.staleness == 0) {
+  if (options_.staleness() == 0) {
     scaler_.run_on_optimizer([&] {
       JobContext::current()->move_and_unscale_(opt, grads, masters_);
       if (fn) fn();
@@ -126,17 +145,17 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
     });
     return;
   }
-  if (options_.defer_grad_move) return step_deferred(opt, std::move(grads), std::move(fn));
+  if (options_.defer_grad_move()) return step_deferred(opt, std::move(grads), std::move(fn));
   // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
   // fn, whose result (a) publishes to the model.
   scaler_.run_on_optimizer([&] {
-    if (options_.swap_weights)
+    if (options_.swap_weights())
       swap_in();
     else
       copy_to_model();
     JobContext::current()->move_and_unscale_(opt, grads, masters_);
   });
-  if (!options_.swap_weights) {
+  if (!options_.swap_weights()) {
     if (fn) scaler_.submit(std::move(fn), SubmitOptions().unscales(UnscalePermit::none()));
     return;
   }
@@ -201,12 +220,12 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
   for (at::Tensor& p : model_)
     p.mutable_grad() = at::Tensor();
   // (a): the previous job's weights become the model's before the next forward.
-  if (options_.swap_weights)
+  if (options_.swap_weights())
     take_spare();
   else
     scaler_.run_on_optimizer([&] { copy_to_model(); });  // FIFO: after the previous job
   std::shared_ptr<SpareNotice> notice;
-  if (options_.swap_weights) {
+  if (options_.swap_weights()) {
     notice = std::make_shared<SpareNotice>(caf::actor{*waiter_});
     spare_pending_ = true;  // exactly one word comes, even if submit() throws
   }
@@ -244,7 +263,7 @@ void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<vo
     offload_->stage_weights(masters_);
   };
   const std::vector<at::Tensor> grads = model_grads();
-  if (options_.staleness == 0) {
+  if (options_.staleness() == 0) {
     offload_->exchange(&grads, nullptr);
     scaler_.run_on_optimizer(job);
     offload_->exchange(nullptr, &model_);
@@ -269,7 +288,7 @@ void AsyncOptimizer::sync() {
     return;
   }
   scaler_.run_on_optimizer([&] {
-    if (options_.swap_weights)
+    if (options_.swap_weights())
       swap_in(), copy_to_spare();  // both buffers equal: the next step may swap again
     else
       copy_to_model();

@@ -13,7 +13,13 @@ GradScaler::GradScaler(const GradScalerOptions& opts, ScalePolicy policy,
 GradScaler::GradScaler(double init_scale, double growth_factor, double backoff_factor,
                        std::int64_t growth_interval, bool enabled)
     : GradScaler(
-          GradScalerOptions{init_scale, growth_factor, backoff_factor, growth_interval, enabled}) {}
+          // In validate()'s order, so a call with several bad values is refused for the same one.
+          GradScalerOptions()
+              .enabled(enabled)
+              .growth_factor(growth_factor)
+              .backoff_factor(backoff_factor)
+              .growth_interval(growth_interval)
+              .init_scale(init_scale)) {}
 
 GradScaler::GradScaler(caf::actor_system& sys, const GradScalerOptions& opts, ScalePolicy policy,
                        std::shared_ptr<KeeperTap> tap)
@@ -23,7 +29,7 @@ GradScaler::~GradScaler() = default;
 
 at::Tensor GradScaler::scale(const at::Tensor& outputs) {
   Impl& m = *impl_;
-  if (!m.opts().enabled) return outputs;
+  if (!m.opts().enabled()) return outputs;
   if (!outputs.defined()) throw ScalerError(errc::bad_outputs, texts::bad_outputs);
   if (JobContext* j = m.job()) return scale_by(outputs, j->scale());
   m.require_main("scale");
@@ -31,13 +37,13 @@ at::Tensor GradScaler::scale(const at::Tensor& outputs) {
 }
 
 std::vector<at::Tensor> GradScaler::scale(const std::vector<at::Tensor>& outputs) {
-  if (!impl_->opts().enabled) return outputs;
+  if (!impl_->opts().enabled()) return outputs;
   return scale_each(outputs, [this](const at::Tensor& t) { return scale(t); });
 }
 
 void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   Impl& m = *impl_;
-  if (!m.opts().enabled) return;
+  if (!m.opts().enabled()) return;
   if (JobContext* j = m.job()) {
     j->unscale_(optimizer);
     return;
@@ -54,10 +60,10 @@ std::optional<at::Tensor> GradScaler::step(torch::optim::Optimizer& optimizer,
   Impl& m = *impl_;
   if (JobContext* j = m.job()) return j->step(optimizer, closure).ret;
   m.require_main("step");
-  if (m.opts().enabled && closure)
+  if (m.opts().enabled() && closure)
     throw ScalerError(errc::closure_unsupported, texts::closure_unsupported);
   m.raise_unreported();
-  if (m.opts().enabled) {
+  if (m.opts().enabled()) {
     m.require_initialized("step");
     m.ensure_scale();
   }
@@ -88,14 +94,14 @@ void GradScaler::update(double new_scale) {
 void GradScaler::update(const at::Tensor& new_scale) {
   Impl& m = *impl_;
   m.require_update_thread();
-  if (!m.opts().enabled) return update(1.0);  // closes the iteration, changes no scale
+  if (!m.opts().enabled()) return update(1.0);  // closes the iteration, changes no scale
   m.require_initialized("update");
   update(new_scale_value(new_scale));
 }
 
 double GradScaler::get_scale() {
   Impl& m = *impl_;
-  if (!m.opts().enabled) return 1.0;
+  if (!m.opts().enabled()) return 1.0;
   if (JobContext* j = m.job()) return j->scale();
   m.require_main("get_scale");
   if (m.main.scale_k) return *m.main.scale_k;
@@ -129,20 +135,20 @@ void GradScaler::set_growth_interval(std::int64_t v) {
 }
 
 bool GradScaler::is_enabled() const {
-  return impl_->opts().enabled;
+  return impl_->opts().enabled();
 }
 
 StateDict GradScaler::state_dict() {
   Impl& m = *impl_;
   m.require_main("state_dict");
-  if (!m.opts().enabled) return {};
+  if (!m.opts().enabled()) return {};
   return from_message(m.ask_keeper<StateDictMsg>(*m.self, GetStateDict{}));
 }
 
 void GradScaler::load_state_dict(const StateDict& sd) {
   Impl& m = *impl_;
   m.require_main("load_state_dict");
-  if (!m.opts().enabled) return;
+  if (!m.opts().enabled()) return;
   ScaleState scratch(m.opts());
   ampactor::load_state_dict(scratch, sd);  // torch's refusals, here and before anything changes
   m.ask_keeper<ScaleParams>(*m.self, LoadStateDict{to_message(sd)});
@@ -155,18 +161,18 @@ void GradScaler::submit(std::function<void()> fn, const SubmitOptions& options) 
   m.require_main("submit");
   if (!fn) throw ScalerError(errc::bad_option, "GradScaler.submit(): empty function");
   const UnscalePermit permit = options.unscales();
-  const float s = m.opts().enabled ? m.ensure_scale() : 1.0f;
+  const float s = m.opts().enabled() ? m.ensure_scale() : 1.0f;
   m.flush_close();
   caf::anon_send(m.setup.actors.optimizer, StepJob{m.main.k, s, std::move(fn), m.epoch(), permit});
   if (permit.kind() == UnscalePermit::Kind::any) m.main.async_in_k = true;
-  if (m.opts().enabled) m.main.known_unscales += permit.counted();
+  if (m.opts().enabled()) m.main.known_unscales += permit.counted();
 }
 
 void GradScaler::run_on_optimizer(const std::function<void()>& fn) {
   Impl& m = *impl_;
   m.require_main("run_on_optimizer");
   m.raise_unreported();
-  if (m.opts().enabled) m.ensure_scale();
+  if (m.opts().enabled()) m.ensure_scale();
   m.run_and_rethrow(fn);
 }
 

@@ -65,9 +65,8 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePo
   }
   sys = s;
   self = std::make_unique<caf::scoped_actor>(*sys);
-  OptimizerActorOptions oa;
-  oa.cancel_epoch = setup.cancel_epoch;
-  setup.actors.keeper = spawn_scale_keeper(*sys, o, p, oa.detached, setup.tap);
+  const auto oa = OptimizerActorOptions().cancel_epoch(setup.cancel_epoch);
+  setup.actors.keeper = spawn_scale_keeper(*sys, o, p, oa.detached(), setup.tap);
   setup.actors.optimizer = spawn_optimizer_actor(*sys, setup.actors.keeper, o, oa);
   // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
   // would wake it for nothing.
@@ -126,7 +125,7 @@ void GradScaler::Impl::require_initialized(const char* method) const {
 
 bool GradScaler::Impl::begin_update() {
   require_update_thread();
-  if (!setup.opts.enabled) {
+  if (!setup.opts.enabled()) {
     close_iteration(std::nullopt);
     raise_unreported();
     return true;

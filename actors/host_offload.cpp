@@ -1,4 +1,5 @@
 #include <ampactor/actors/internal/host_offload.h>
+#include <ampactor/scaler/errors.h>
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -15,16 +16,18 @@ namespace {
 
 c10::Device one_device(const std::vector<at::Tensor>& model) {
   if (model.empty())
-    throw std::invalid_argument("AsyncOptimizer: offloading needs at least one parameter");
+    throw ScalerError(errc::bad_parameters,
+                      "AsyncOptimizer: offloading needs at least one parameter");
   const c10::Device d = model[0].device();
   for (std::size_t i = 0; i < model.size(); ++i)
     if (!model[i].defined() || model[i].device() != d)
-      throw std::invalid_argument(
-          "AsyncOptimizer: offloading needs every model parameter on one "
-          "device; parameter " +
-          std::to_string(i) + " is not on " + d.str());
+      throw ScalerError(errc::bad_parameters,
+                        "AsyncOptimizer: offloading needs every model parameter on one "
+                        "device; parameter " +
+                            std::to_string(i) + " is not on " + d.str());
   if (d.is_cpu())
-    throw std::invalid_argument(
+    throw ScalerError(
+        errc::bad_parameters,
         "AsyncOptimizer: the model is on the CPU; masters on the CPU need no offloading");
   return d;
 }
@@ -33,8 +36,8 @@ c10::Stream pool_stream(c10::Device d) {
   try {
     return c10::impl::VirtualGuardImpl(d.type()).getStreamFromGlobalPool(d);
   } catch (const c10::Error& e) {
-    throw std::invalid_argument("AsyncOptimizer: no streams for " + d.str() + ": " +
-                                e.what_without_backtrace());
+    throw ScalerError(errc::bad_parameters, "AsyncOptimizer: no streams for " + d.str() + ": " +
+                                                e.what_without_backtrace());
   }
 }
 

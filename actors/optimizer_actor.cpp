@@ -140,7 +140,8 @@ using optimizer_ptr = optimizer_actor::stateful_pointer<optimizer_state>;
 
 IterationState& open_iteration(optimizer_state& st, iteration_t k) {
   auto it = st.open.find(k);
-  if (it == st.open.end()) it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads)).first;
+  if (it == st.open.end())
+    it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads())).first;
   return it->second;
 }
 
@@ -148,7 +149,8 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 class Job final : public JobContext {
  public:
   Job(optimizer_ptr self, const StepJob& job, IterationState& it)
-      : JobContext(job.k, job.scale, self->state.opts.enabled, job.permit, self->id(), it.tracker),
+      : JobContext(job.k, job.scale, self->state.opts.enabled(), job.permit, self->id(),
+                   it.tracker),
         self_(self),
         it_(it) {}
 
@@ -197,7 +199,7 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
         // Unscales the trainer counted in advance (the job may make that many). Those it does
         // not make the keeper hears of at once, or the update waiting for them never applies;
         // a disabled scaler reports none and owes none.
-        const std::int32_t owed = st.opts.enabled ? job.permit.counted() : 0;
+        const std::int32_t owed = st.opts.enabled() ? job.permit.counted() : 0;
         auto release_counted = [&](std::int32_t made) {
           if (made < owed) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
         };
@@ -231,12 +233,12 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
       },
       [=](CloseIteration c) {
         auto& st = self->state;
-        IterationState it(st.opts.allow_fp16_grads);
+        IterationState it(st.opts.allow_fp16_grads());
         if (auto found = st.open.find(c.k); found != st.open.end()) {
           it = std::move(found->second);
           st.open.erase(found);
         }
-        if (c.report_unscales && st.opts.enabled && it.unscales == 0 && !it.failed &&
+        if (c.report_unscales && st.opts.enabled() && it.unscales == 0 && !it.failed &&
             it.cancelled == 0)
           record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
         const bool abandoned = it.failed || it.cancelled > 0;
@@ -263,10 +265,10 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
 optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor keeper,
                                       const GradScalerOptions& opts,
                                       OptimizerActorOptions options) {
-  if (options.detached)
+  if (options.detached())
     return sys.spawn<caf::detached>(optimizer, std::move(keeper), opts,
-                                    std::move(options.cancel_epoch));
-  return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch));
+                                    std::move(options.cancel_epoch()));
+  return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch()));
 }
 
 void subscribe(const ScalerActors& actors, const trainer_actor& who) {
@@ -282,7 +284,7 @@ void unsubscribe(const ScalerActors& actors, const trainer_actor& who) {
 ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
                                  ScalePolicy policy, OptimizerActorOptions options) {
   ScalerActors a;
-  a.keeper = spawn_scale_keeper(sys, opts, policy, options.detached);
+  a.keeper = spawn_scale_keeper(sys, opts, policy, options.detached());
   a.optimizer = spawn_optimizer_actor(sys, a.keeper, opts, std::move(options));
   return a;
 }

@@ -67,13 +67,11 @@ struct Model {
 /// step(), `in_fn` the optimizer's time inside fn (medians, ms).
 double run(const Settings& s, int micro, int staleness, double& in_step, double& in_fn) {
   Model m(s);
-  GradScalerOptions so;
-  so.init_scale = 1024;
-  GradScaler scaler(so);
+  GradScaler scaler(GradScalerOptions().init_scale(1024));
   AsyncOptimizerOptions o;
-  o.staleness = staleness;
-  o.master_device = at::Device(at::kCPU);
-  o.optimizer_threads = s.optimizer_threads;
+  o.staleness(staleness);
+  o.master_device(at::Device(at::kCPU));
+  o.optimizer_threads(s.optimizer_threads);
   AsyncOptimizer pipe(m.w, scaler, o);
   torch::optim::Adam opt(pipe.optim_parameters(), torch::optim::AdamOptions(1e-4));
   std::vector<double> iter_ms, step_ms, fn_ms(std::size_t(s.warmup + s.iters), 0.0);

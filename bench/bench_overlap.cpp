@@ -255,9 +255,8 @@ struct Timing {
 };
 
 Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_ms) {
-  GradScalerOptions so;
-  so.init_scale = 1024;
-  so.growth_interval = 1 << 30;  // a constant scale: no skipped steps muddle the timing
+  // A constant scale: no skipped steps muddle the timing.
+  const auto so = GradScalerOptions().init_scale(1024).growth_interval(1 << 30);
   auto params = w.fresh_params();
   std::unique_ptr<GradScaler> scaler;
   std::unique_ptr<AsyncOptimizer> pipe;
@@ -268,8 +267,12 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
     opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-4));
   } else {
     scaler = std::make_unique<GradScaler>(so, m.policy);
-    pipe = std::make_unique<AsyncOptimizer>(
-        params, *scaler, AsyncOptimizerOptions{m.staleness, at::kFloat, 1, m.swap, m.defer});
+    pipe = std::make_unique<AsyncOptimizer>(params, *scaler,
+                                            AsyncOptimizerOptions()
+                                                .staleness(m.staleness)
+                                                .optimizer_threads(1)
+                                                .swap_weights(m.swap)
+                                                .defer_grad_move(m.defer));
     if (m.in_cache_step)
       opt = std::make_unique<torch::optim::SGD>(pipe->optim_parameters(),
                                                 torch::optim::SGDOptions(1e-4));

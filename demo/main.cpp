@@ -142,11 +142,11 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
   std::set<int> inject;
   if (scaled) inject.insert(s.overflow_at.begin(), s.overflow_at.end());
 
-  ampactor::GradScalerOptions so;
-  so.init_scale = 65536;
-  so.growth_interval = s.growth_interval;
-  so.enabled = scaled;
-  so.allow_fp16_grads = true;
+  const auto so = ampactor::GradScalerOptions()
+                      .init_scale(65536)
+                      .growth_interval(s.growth_interval)
+                      .enabled(scaled)
+                      .allow_fp16_grads(true);
   const auto policy =
       mode == "fp16-async-lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
   std::unique_ptr<ampactor::GradScaler> scaler;
@@ -161,10 +161,12 @@ Summary run(const std::string& mode, const demo::Corpus& corpus, const demo::Mod
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
     // numbers as without; README "The asynchronous pipeline").
-    pipe = std::make_unique<ampactor::AsyncOptimizer>(
-        model.parameters(), *scaler,
-        ampactor::AsyncOptimizerOptions{async ? 1 : 0, at::kFloat, /*optimizer_threads=*/1,
-                                        /*swap_weights=*/async, /*defer_grad_move=*/async});
+    pipe = std::make_unique<ampactor::AsyncOptimizer>(model.parameters(), *scaler,
+                                                      ampactor::AsyncOptimizerOptions()
+                                                          .staleness(async ? 1 : 0)
+                                                          .optimizer_threads(1)
+                                                          .swap_weights(async)
+                                                          .defer_grad_move(async));
     opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
                                                torch::optim::AdamOptions(s.lr));
   }

@@ -69,6 +69,8 @@ const char* to_string(errc code) {
       return "protocol_misuse";
     case errc::bad_option:
       return "bad_option";
+    case errc::bad_parameters:
+      return "bad_parameters";
   }
   return "unknown";
 }

@@ -10,14 +10,20 @@
 namespace ampactor {
 
 LocalGradScaler::LocalGradScaler(const GradScalerOptions& opts)
-    : opts_(opts), enabled_(opts.enabled), state_(opts), tracker_(opts.allow_fp16_grads) {
+    : opts_(opts), enabled_(opts.enabled()), state_(opts), tracker_(opts.allow_fp16_grads()) {
   opts_.validate();
 }
 
 LocalGradScaler::LocalGradScaler(double init_scale, double growth_factor, double backoff_factor,
                                  std::int64_t growth_interval, bool enabled)
     : LocalGradScaler(
-          GradScalerOptions{init_scale, growth_factor, backoff_factor, growth_interval, enabled}) {}
+          // In validate()'s order, so a call with several bad values is refused for the same one.
+          GradScalerOptions()
+              .enabled(enabled)
+              .growth_factor(growth_factor)
+              .backoff_factor(backoff_factor)
+              .growth_interval(growth_interval)
+              .init_scale(init_scale)) {}
 
 at::Tensor LocalGradScaler::scale(const at::Tensor& outputs) {
   if (!enabled_) return outputs;

@@ -14,8 +14,8 @@ UpdateOutcome apply_update_rule(float& scale, std::int32_t& growth_tracker, bool
 }
 
 ScaleState::ScaleState(const GradScalerOptions& opts)
-    : init_scale_(opts.init_scale),
-      rule_{opts.growth_factor, opts.backoff_factor, opts.growth_interval} {}
+    : init_scale_(opts.init_scale()),
+      rule_{opts.growth_factor(), opts.backoff_factor(), opts.growth_interval()} {}
 
 void ScaleState::lazy_init() {
   if (scale_) return;

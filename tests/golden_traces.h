@@ -50,9 +50,7 @@ struct GoldenRig {
 /// UpdateScale{k} and ScaleRequest{k+1} before the optimizer reports k (so the request waits), and
 /// asks up_to_date and immediate getters mid-run.
 inline void golden_overflow_exact(std::shared_ptr<TraceSink> sink) {
-  GradScalerOptions o;
-  o.init_scale = 1024;
-  o.growth_interval = 3;
+  const auto o = GradScalerOptions().init_scale(1024).growth_interval(3);
   GoldenRig r(o, ScalePolicy::exact, std::move(sink));
   r.anon(Subscribe{r.rig.peer(r.trainer)});
   r.send(r.trainer, ScaleRequest{0});
@@ -69,9 +67,7 @@ inline void golden_overflow_exact(std::shared_ptr<TraceSink> sink) {
 /// lagged policy, two optimizers reporting in alternating order, some before the update: the
 /// overflow of 3 and 4 is one event (one backoff), 8 another.
 inline void golden_two_optimizers_lagged(std::shared_ptr<TraceSink> sink) {
-  GradScalerOptions o;
-  o.init_scale = 512;
-  o.growth_interval = 2;
+  const auto o = GradScalerOptions().init_scale(512).growth_interval(2);
   GoldenRig r(o, ScalePolicy::lagged, std::move(sink));
   r.send(r.trainer, ScaleRequest{0});
   for (iteration_t k = 0; k < 12; ++k) {
@@ -96,9 +92,7 @@ inline void golden_two_optimizers_lagged(std::shared_ptr<TraceSink> sink) {
 /// loaded back, an update with a new scale, an iteration whose unscale count the optimizer
 /// reports (IterationClosed), an abandoned one, and a late report.
 inline void golden_setters_state(std::shared_ptr<TraceSink> sink) {
-  GradScalerOptions o;
-  o.init_scale = 256;
-  o.growth_interval = 4;
+  const auto o = GradScalerOptions().init_scale(256).growth_interval(4);
   GoldenRig r(o, ScalePolicy::exact, std::move(sink));
   r.send(r.trainer, ScaleRequest{0});
   StateDictMsg saved;

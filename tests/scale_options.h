@@ -5,11 +5,10 @@
 
 namespace ampactor::test {
 inline GradScalerOptions opts(double init, double growth, double backoff, std::int64_t interval) {
-  GradScalerOptions o;
-  o.init_scale = init;
-  o.growth_factor = growth;
-  o.backoff_factor = backoff;
-  o.growth_interval = interval;
-  return o;
+  return GradScalerOptions()
+      .init_scale(init)
+      .growth_factor(growth)
+      .backoff_factor(backoff)
+      .growth_interval(interval);
 }
 }  // namespace ampactor::test

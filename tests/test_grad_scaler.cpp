@@ -503,7 +503,7 @@ TEST_CASE("state_dict: a consistent snapshot, and a round trip through a fresh s
   CHECK(b.get_growth_interval() == 2);
   CHECK(b.state_dict().get_int("_growth_tracker") == 1);
 
-  GradScaler off(GradScalerOptions{128, 2, 0.5, 2, false});
+  GradScaler off(opts(128, 2, 0.5, 2).enabled(false));
   CHECK(off.state_dict().empty());
   CHECK(off.get_scale() == 1.0);
   CHECK_FALSE(off.is_enabled());
@@ -512,7 +512,7 @@ TEST_CASE("state_dict: a consistent snapshot, and a round trip through a fresh s
 }
 
 TEST_CASE("disabled: scale returns its input, step runs optimizer.step() on the optimizer thread") {
-  GradScaler scaler(GradScalerOptions{128, 2, 0.5, 1, false});
+  GradScaler scaler(opts(128, 2, 0.5, 1).enabled(false));
   Net net;
   at::Tensor x = at::ones({3});
   CHECK(scaler.scale(x).is_same(x));

@@ -301,9 +301,7 @@ TEST_CASE("misuse raises torch's texts and changes nothing") {
     CHECK(code_of([&] { scaler.unscale_(*opt_h); }) == errc::fp16_grads);
     CHECK(at::equal(h.w1.grad(), at::full({6, 8}, 64.0, at::kHalf)));
     CHECK(scaler.stage(*opt_h) == OptState::ready);
-    GradScalerOptions o;
-    o.init_scale = 8.0;
-    o.allow_fp16_grads = true;  // the ampactor extension
+    const auto o = GradScalerOptions().init_scale(8.0).allow_fp16_grads(true);  // the extension
     LocalGradScaler lenient(o);
     lenient.scale(at::ones({1}));
     lenient.unscale_(*opt_h);

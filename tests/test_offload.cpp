@@ -93,8 +93,8 @@ Run train(const std::string& kind, std::optional<at::Device> masters_on, int sta
   Mlp model;
   GradScaler scaler(opts(1024, 2, 0.5, 4));
   AsyncOptimizerOptions o;
-  o.staleness = staleness;
-  o.master_device = masters_on;
+  o.staleness(staleness);
+  o.master_device(masters_on);
   AsyncOptimizer pipe(model.p, scaler, o);
   std::unique_ptr<torch::optim::Optimizer> opt = make_optimizer(kind, pipe.optim_parameters());
   Run r;
@@ -165,7 +165,7 @@ TEST_CASE("offload, staleness 1: iteration k runs on the weights of step k-2, fn
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
   AsyncOptimizerOptions o;
-  o.master_device = at::Device(at::kCPU);
+  o.master_device(at::Device(at::kCPU));
   AsyncOptimizer pipe(model.p, scaler, o);
   CHECK(pipe.staleness() == 1);
   CHECK(pipe.optim_parameters()[0].device().is_cpu());
@@ -202,7 +202,7 @@ TEST_CASE("offload, staleness 1: an overflow is found by the CPU move, skipped, 
   Mlp model;
   GradScaler scaler(opts(1024, 2, 0.5, 1000));
   AsyncOptimizerOptions o;
-  o.master_device = at::Device(at::kCPU);
+  o.master_device(at::Device(at::kCPU));
   AsyncOptimizer pipe(model.p, scaler, o);
   torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
   const at::Tensor before = pipe.optim_parameters()[0].detach().clone();
@@ -224,17 +224,17 @@ TEST_CASE("offload: options that do not apply are refused before anything is que
   Mlp model;
   GradScaler scaler(opts(1024, 2, 0.5, 1000));
   AsyncOptimizerOptions o;
-  o.master_device = at::Device(at::kCPU);
-  o.swap_weights = true;
+  o.master_device(at::Device(at::kCPU));
+  o.swap_weights(true);
   CHECK_THROWS_WITH_AS(AsyncOptimizer(model.p, scaler, o), doctest::Contains("do not apply"),
-                       std::invalid_argument);
-  o.swap_weights = false;
-  o.defer_grad_move = true;
+                       ScalerError);
+  o.swap_weights(false);
+  o.defer_grad_move(true);
   CHECK_THROWS_WITH_AS(AsyncOptimizer(model.p, scaler, o), doctest::Contains("do not apply"),
-                       std::invalid_argument);
-  o.defer_grad_move = false;
+                       ScalerError);
+  o.defer_grad_move(false);
   std::vector<at::Tensor> mixed = model.p;
   mixed[1] = mixed[1].detach().cpu().set_requires_grad(true);
   CHECK_THROWS_WITH_AS(AsyncOptimizer(mixed, scaler, o), doctest::Contains("one device"),
-                       std::invalid_argument);
+                       ScalerError);
 }

@@ -26,10 +26,8 @@ struct OptFixture : Fixture {
   explicit OptFixture(GradScalerOptions o = opts(128, 2, 0.5, 1),
                       ScalePolicy policy = ScalePolicy::exact)
       : Fixture(o, policy) {
-    OptimizerActorOptions oa;
-    oa.detached = false;
-    oa.cancel_epoch = epoch;
-    optimizer = spawn_optimizer_actor(sys, keeper, o, oa);
+    optimizer = spawn_optimizer_actor(sys, keeper, o,
+                                      OptimizerActorOptions().detached(false).cancel_epoch(epoch));
     sched.run();
     send_to(optimizer, subscribe_atom::value, caf::actor_cast<trainer_actor>(self));
   }
@@ -230,8 +228,7 @@ TEST_CASE("jobs run in mailbox order, cancelled ones are dropped and abandon the
 }
 
 TEST_CASE("disabled: step calls optimizer.step() with no scaling and no reports") {
-  GradScalerOptions o;
-  o.enabled = false;
+  const auto o = GradScalerOptions().enabled(false);
   OptFixture f(o);
   Model m;
   m.grad(3.0f);
@@ -337,8 +334,7 @@ TEST_CASE("counted unscales not made: the keeper hears at once and the update ch
 }
 
 TEST_CASE("counted unscales with a disabled scaler ask for nothing") {
-  GradScalerOptions o;
-  o.enabled = false;
+  const auto o = GradScalerOptions().enabled(false);
   OptFixture f(o);
   Model m;
   m.grad(3.0f);

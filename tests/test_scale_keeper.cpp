@@ -288,7 +288,7 @@ Counts roundpipe(const GradScalerOptions& o, const std::vector<float>& gmax) {
   std::vector<float> after;  // N after each update
   Counts c;
   for (std::size_t k = 0; k < gmax.size(); ++k) {
-    const float a = k < 2 ? float(o.init_scale) : after[k - 2];
+    const float a = k < 2 ? float(o.init_scale()) : after[k - 2];
     c.scales.push_back(a);
     const bool inf = overflows(a, gmax[k]);
     c.skips += inf;

@@ -114,19 +114,18 @@ TEST_CASE("set_scale sets the scale (rounded to float) and leaves the tracker") 
 
 TEST_CASE("options are checked with torch's texts") {
   auto bad = [](GradScalerOptions o) { return code_of([&] { o.validate(); }); };
+  // Values the setters take (NaN, inf, an interval past int32 are refused there: test_options).
   CHECK(bad(opts(1, 1.0, 0.5, 1)) == errc::bad_growth_factor);
-  CHECK(bad(opts(1, NAN, 0.5, 1)) == errc::bad_growth_factor);
+  CHECK(bad(opts(1, -2.0, 0.5, 1)) == errc::bad_growth_factor);
   CHECK(bad(opts(1, 2.0, 1.0, 1)) == errc::bad_backoff_factor);
   CHECK(bad(opts(1, 2.0, 0.0, 1)) == errc::bad_backoff_factor);
   CHECK(bad(opts(1, 2.0, 0.5, 0)) == errc::bad_growth_interval);
-  CHECK(bad(opts(1, 2.0, 0.5, std::int64_t(1) << 31)) == errc::bad_growth_interval);
-  CHECK(bad(opts(0, 2.0, 0.5, 1)) == errc::bad_init_scale);
-  CHECK(bad(opts(INFINITY, 2.0, 0.5, 1)) == errc::bad_init_scale);
-  CHECK(bad(opts(NAN, 2.0, 0.5, 1)) == errc::bad_init_scale);
+  CHECK(bad(opts(1, 2.0, 0.5, -5)) == errc::bad_growth_interval);
+  CHECK(bad(opts(-1, 2.0, 0.5, 1)) == errc::bad_init_scale);
   CHECK(bad(opts(1, 2.0, 0.5, 1)) == errc{});
-  GradScalerOptions disabled = opts(1, 0.5, 2.0, 0);
-  disabled.enabled = false;
-  CHECK(bad(disabled) == errc{});  // torch checks the factors only when enabled
+  // torch checks the factors only when enabled
+  CHECK(bad(opts(1, 0.5, 2.0, 0).enabled(false)) == errc{});
+  CHECK(bad(opts(-1, 1.0, -0.5, -7).enabled(false)) == errc{});
   CHECK_THROWS_WITH_AS(opts(1, 0.9, 0.5, 1).validate(),
                        doctest::Contains("The growth factor must be > 1.0."), ScalerError);
   CHECK_THROWS_WITH_AS(opts(1, 2.0, 1.5, 1).validate(),

@@ -118,9 +118,7 @@ struct ThrowingSink : TraceSink {
 
 TEST_CASE("the keeper records inputs, replies and updates in mailbox order with stable names") {
   auto buf = std::make_shared<TraceBuffer>();
-  GradScalerOptions o;
-  o.init_scale = 64;
-  o.growth_interval = 1;
+  const auto o = GradScalerOptions().init_scale(64).growth_interval(1);
   test::GoldenRig r(o, ScalePolicy::exact, buf);
   r.send(r.trainer, ScaleRequest{0});
   r.anon(UpdateScale{0, 1});
@@ -128,7 +126,7 @@ TEST_CASE("the keeper records inputs, replies and updates in mailbox order with 
   r.report(r.opt1, 0, 0xdeadbeef, false);
   r.send(r.opt2, UnscaleDone{1, 0xfeed, true, 1.0f});
 
-  CHECK(r.header.opts.init_scale == 64.0);
+  CHECK(r.header.opts.init_scale() == 64.0);
   CHECK(r.header.policy == ScalePolicy::exact);
   const auto& ev = r.rig.events();
   REQUIRE(ev.size() == 8);
@@ -172,7 +170,7 @@ TEST_CASE("a refused setter is recorded as an Error reply and changes nothing") 
   CHECK(err->what == expected_text);
   CHECK(r.rig.events()[1].to == "trainer1");
   CHECK(std::get<ScaleParams>(r.rig.events()[3].msg).backoff_factor ==
-        GradScalerOptions{}.backoff_factor);
+        GradScalerOptions{}.backoff_factor());
 }
 
 TEST_CASE("a sink that throws stops recording and the keeper goes on") {
@@ -189,8 +187,7 @@ TEST_CASE("a sink that throws stops recording and the keeper goes on") {
 
 TEST_CASE("every message type writes and reads back exactly") {
   TraceHeader h;
-  h.opts.init_scale = 0.1;
-  h.opts.growth_interval = 7;
+  h.opts.init_scale(0.1).growth_interval(7);
   h.policy = ScalePolicy::lagged;
   StateDictMsg sd{false, 1e-300, 2.5, 0.125, 3, 2};
   const std::vector<TraceMessage> msgs = {
@@ -234,8 +231,8 @@ TEST_CASE("every message type writes and reads back exactly") {
   }
   std::istringstream in(text);
   const Trace t = parse_trace(in);
-  CHECK(t.header.opts.init_scale == 0.1);
-  CHECK(t.header.opts.growth_interval == 7);
+  CHECK(t.header.opts.init_scale() == 0.1);
+  CHECK(t.header.opts.growth_interval() == 7);
   CHECK(t.header.policy == ScalePolicy::lagged);
   REQUIRE(t.events.size() == msgs.size());
   std::string again = to_json_line(t.header) + "\n";
@@ -501,7 +498,7 @@ TEST_CASE("what-if: the recorded settings give the recorded trajectory") {
 TEST_CASE("what-if: another growth interval under exact follows the thread-free rule") {
   const Trace t = read_trace(golden("overflow_exact.jsonl").string());
   TraceHeader other = t.header;
-  other.opts.growth_interval = 1;
+  other.opts.growth_interval(1);
   const WhatIfResult w = what_if(t, other);
   ScaleState ref(other.opts);
   ref.lazy_init();
@@ -572,9 +569,7 @@ TEST_CASE("ampactor-replay: exit codes, the first divergence, bad traces change 
 
 TEST_CASE("GradScaler with a trace recorder records a run that replays identically") {
   const fs::path path = scratch() / "facade.jsonl";
-  GradScalerOptions o;
-  o.init_scale = 4096;
-  o.growth_interval = 2;
+  const auto o = GradScalerOptions().init_scale(4096).growth_interval(2);
   test::Workload w;
   {
     auto recorder = record_trace(path.string());
@@ -605,8 +600,8 @@ TEST_CASE("GradScaler with a trace recorder records a run that replays identical
     }
   }
   const Trace t = read_trace(path.string());
-  CHECK(t.header.opts.init_scale == o.init_scale);
-  CHECK(t.header.opts.growth_interval == o.growth_interval);
+  CHECK(t.header.opts.init_scale() == o.init_scale());
+  CHECK(t.header.opts.growth_interval() == o.growth_interval());
   const ReplayResult r = replay_trace(t);
   CHECK(r.identical);
   CHECK(r.matched == t.events.size());
@@ -626,9 +621,7 @@ TEST_CASE("GradScaler with a trace recorder records a run that replays identical
 
 TEST_CASE("counted step jobs that fail short of their unscale record and replay identically") {
   const fs::path path = scratch() / "counted.jsonl";
-  GradScalerOptions o;
-  o.init_scale = 4096;
-  o.growth_interval = 2;
+  const auto o = GradScalerOptions().init_scale(4096).growth_interval(2);
   test::Workload w;
   int errors = 0;
   {

@@ -90,11 +90,11 @@ int main(int argc, char** argv) {
 
   TraceHeader settings = trace.header;
   if (policy) settings.policy = *policy == "lagged" ? ScalePolicy::lagged : ScalePolicy::exact;
-  if (init_scale) settings.opts.init_scale = *init_scale;
-  if (growth_factor) settings.opts.growth_factor = *growth_factor;
-  if (backoff_factor) settings.opts.backoff_factor = *backoff_factor;
-  if (growth_interval) settings.opts.growth_interval = *growth_interval;
   try {
+    if (init_scale) settings.opts.init_scale(*init_scale);
+    if (growth_factor) settings.opts.growth_factor(*growth_factor);
+    if (backoff_factor) settings.opts.backoff_factor(*backoff_factor);
+    if (growth_interval) settings.opts.growth_interval(*growth_interval);
     settings.opts.validate();
   } catch (const ScalerError& e) {
     std::cerr << "ampactor-replay: what-if settings refused: " << e.what() << "\n";
@@ -111,9 +111,9 @@ int main(int argc, char** argv) {
   }
   auto describe = [](const TraceHeader& h) {
     std::ostringstream o;
-    o << (h.policy == ScalePolicy::lagged ? "lagged" : "exact") << ", init " << h.opts.init_scale
-      << ", growth " << h.opts.growth_factor << ", backoff " << h.opts.backoff_factor
-      << ", interval " << h.opts.growth_interval;
+    o << (h.policy == ScalePolicy::lagged ? "lagged" : "exact") << ", init " << h.opts.init_scale()
+      << ", growth " << h.opts.growth_factor() << ", backoff " << h.opts.backoff_factor()
+      << ", interval " << h.opts.growth_interval();
     return o.str();
   };
   std::cout << "recorded: " << describe(trace.header) << "\nwhat-if:  " << describe(settings)

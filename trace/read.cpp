@@ -212,10 +212,12 @@ TraceHeader read_header(const json& j) {
   const json& o = r.at("options");
   if (!o.is_object()) r.wrong("options", o, "an object");
   Reader ro{o, "header.options"};
-  OptionFields::apply(ro, h.opts);
+  OptionValues values;
+  values.apply(ro);
   ro.done();
   r.done();
   try {
+    h.opts = values.options();
     h.opts.validate();
   } catch (const ScalerError& e) {
     throw Bad(std::string("header.options: ") + e.what());

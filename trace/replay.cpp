@@ -104,7 +104,7 @@ std::vector<IterationPlan> plan(const Trace& t) {
     }
   }
   std::vector<IterationPlan> out;
-  float prev = float(t.header.opts.init_scale);
+  float prev = float(t.header.opts.init_scale());
   for (iteration_t k : order) {
     IterationPlan p = by_k[k];
     // The scale the gradients were made with: reported by the unscales, else the keeper's reply,

@@ -125,18 +125,42 @@ struct has_k : std::false_type {};
 template <class T>
 struct has_k<T, std::void_t<decltype(T::k)>> : std::true_type {};
 
-constexpr int errc_last = static_cast<int>(errc::bad_option);
+constexpr int errc_last = static_cast<int>(errc::bad_parameters);
 
 inline const char* policy_name(ScalePolicy p) {
   return p == ScalePolicy::lagged ? "lagged" : "exact";
 }
 
-struct OptionFields {
+/// The header's options as plain values (the schema's field names), between the file and the
+/// checked setters of GradScalerOptions.
+struct OptionValues {
+  double init_scale = 0, growth_factor = 0, backoff_factor = 0;
+  std::int64_t growth_interval = 0;
+  bool enabled = false, allow_fp16_grads = false;
+
+  OptionValues() = default;
+  explicit OptionValues(const GradScalerOptions& o)
+      : init_scale(o.init_scale()),
+        growth_factor(o.growth_factor()),
+        backoff_factor(o.backoff_factor()),
+        growth_interval(o.growth_interval()),
+        enabled(o.enabled()),
+        allow_fp16_grads(o.allow_fp16_grads()) {}
   template <class F>
-  static void apply(F& f, GradScalerOptions& o) {
-    f("init_scale", o.init_scale), f("growth_factor", o.growth_factor),
-        f("backoff_factor", o.backoff_factor), f("growth_interval", o.growth_interval),
-        f("enabled", o.enabled), f("allow_fp16_grads", o.allow_fp16_grads);
+  void apply(F& f) {
+    f("init_scale", init_scale), f("growth_factor", growth_factor),
+        f("backoff_factor", backoff_factor), f("growth_interval", growth_interval),
+        f("enabled", enabled), f("allow_fp16_grads", allow_fp16_grads);
+  }
+  /// Throws ScalerError for a value a setter refuses.
+  GradScalerOptions options() const {
+    return GradScalerOptions()
+        .enabled(enabled)
+        .allow_fp16_grads(allow_fp16_grads)
+        .growth_factor(growth_factor)
+        .backoff_factor(backoff_factor)
+        .growth_interval(growth_interval)
+        .init_scale(init_scale);
   }
 };
 

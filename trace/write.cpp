@@ -144,8 +144,7 @@ static_assert(std::is_same_v<std::variant_alternative_t<14, TraceMessage>, Scale
 std::string to_json_line(const TraceHeader& h) {
   ojson o = ojson::object();
   Writer w{o};
-  GradScalerOptions opts = h.opts;
-  OptionFields::apply(w, opts);
+  OptionValues(h.opts).apply(w);
   ojson j = {{"trace", "ampactor"},
              {"version", trace_schema_version},
              {"policy", policy_name(h.policy)},

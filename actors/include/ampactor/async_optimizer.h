@@ -14,6 +14,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <ampactor/scaler/arg.h>
+
 #include <functional>
 #include <memory>
 #include <optional>
@@ -34,30 +36,33 @@ namespace internal {
 class HostOffload;
 }
 
-struct AsyncOptimizerOptions {
+/// Named options: AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true). A setter
+/// refuses a bad value with ScalerError(errc::bad_option) and changes nothing; the combinations
+/// (swap_weights or defer_grad_move with staleness 0) are refused by AsyncOptimizer's constructor.
+class AsyncOptimizerOptions {
   /// 1: iteration k+1 runs on the weights of step k-1 (the optimizer overlaps); 0: synchronous.
-  int staleness = 1;
-  /// The masters' dtype (the optimizer's precision).
-  at::ScalarType optim_dtype = at::kFloat;
-  /// LibTorch intra-op threads for the optimizer thread's own work (0: LibTorch's default).
+  AMPACTOR_ARG(int, staleness, 1);
+  /// The masters' dtype (the optimizer's precision): at::kFloat or at::kDouble.
+  AMPACTOR_ARG(at::ScalarType, optim_dtype, at::kFloat);
+  /// LibTorch intra-op threads for the optimizer thread's own work (0: LibTorch's default), >= 0.
   /// Its OpenMP team is separate from the trainer's, so by default each side starts one thread
   /// per core and, overlapped, they fight for the cores: 1 is usually right when the trainer
   /// uses the other cores.
-  int optimizer_threads = 0;
+  AMPACTOR_ARG(int, optimizer_threads, 0);
   /// Staleness 1 only: keep a second copy of the model's weights. fn's job then writes step k's
   /// weights into it right after fn, overlapped with the trainer, and step k+1 swaps it in
   /// instead of copying, which leaves only the grad move for the trainer to wait for. Costs one
   /// more model-sized buffer. The parameters' storage alternates between the two buffers: views
   /// or data pointers of a parameter kept across steps go stale (the parameter tensors
   /// themselves, e.g. model->parameters(), stay valid).
-  bool swap_weights = false;
+  AMPACTOR_ARG_ANY(bool, swap_weights, false);
   /// Staleness 1 only: step() takes the model's gradients away (each parameter's grad() is
   /// undefined when it returns, so the next backward allocates fresh ones, as after
   /// zero_grad(set_to_none)) and the grad move runs in fn's job, overlapped with the next
   /// forward. The trainer then waits only for (a), and under the exact policy for the move's inf
   /// check in the next scale(); with swap_weights as well, step() waits only for the previous
   /// step's job, if it is still running, and swaps the buffers on the trainer's thread.
-  bool defer_grad_move = false;
+  AMPACTOR_ARG_ANY(bool, defer_grad_move, false);
   /// Where the masters, their grads and the optimizer's state live (default: the model's
   /// device). at::kCPU for a model on a GPU is RoundPipe's setting: the grads go to pinned host
   /// memory and the weights come back from it on two CUDA streams of their own, ordered by
@@ -65,13 +70,14 @@ struct AsyncOptimizerOptions {
   /// and both copies overlap. The grad move then always runs in fn's job (as defer_grad_move)
   /// and the weights travel as swap_weights' would, so neither of those two applies. Staleness
   /// 1: step() waits for the previous step's job, then queues the copies and returns.
-  std::optional<at::Device> master_device;
+  AMPACTOR_ARG_ANY(std::optional<at::Device>, master_device, std::nullopt);
 };
 
 class AsyncOptimizer {
  public:
   /// `model_params` are the model's parameters (model->parameters()); they stay the model's.
-  /// Invalid options or parameters throw std::invalid_argument.
+  /// An invalid combination of options throws ScalerError(errc::bad_option); invalid parameters
+  /// throw std::invalid_argument.
   AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
                  AsyncOptimizerOptions options = {});
   /// Waits for the last step's fn (errors are the scaler's to report).
@@ -91,7 +97,7 @@ class AsyncOptimizer {
   /// Waits for every queued step and brings the model's weights up to date with the masters.
   void sync();
 
-  int staleness() const { return options_.staleness; }
+  int staleness() const { return options_.staleness(); }
 
  private:
   /// (a): masters -> model weights. On the optimizer thread.

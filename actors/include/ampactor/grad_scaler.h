@@ -72,7 +72,8 @@ class GradScaler {
   /// library; replay with ampactor-replay). It hears stopped() before the destructor returns.
   explicit GradScaler(const GradScalerOptions& opts = {}, ScalePolicy policy = ScalePolicy::exact,
                       std::shared_ptr<KeeperTap> tap = nullptr);
-  /// torch's positional constructor.
+  /// torch's positional constructor. The values go through GradScalerOptions' setters, so one no
+  /// scaler could hold (e.g. a NaN factor) is refused even when disabled.
   GradScaler(double init_scale, double growth_factor = 2.0, double backoff_factor = 0.5,
              std::int64_t growth_interval = 2000, bool enabled = true);
   /// Lives in the caller's actor system (which must outlive the scaler). Call

@@ -17,6 +17,7 @@
 
 #include <ampactor/actors/scale_keeper.h>
 #include <ampactor/messages/messages.h>
+#include <ampactor/scaler/arg.h>
 #include <ampactor/scaler/options.h>
 #include <ampactor/scaler/step_tracker.h>
 
@@ -89,20 +90,25 @@ class JobContext {
   JobContext* outer_;
 };
 
-struct OptimizerActorOptions {
+/// Named options: OptimizerActorOptions().detached(false). Every value of either is valid.
+class OptimizerActorOptions {
+ public:
+  using Epoch = std::shared_ptr<const std::atomic<std::uint64_t>>;
+
   /// Its own thread (caf::detached). Tests under CAF's deterministic scheduler turn this off.
-  bool detached = true;
-  /// Jobs whose epoch is below this value are dropped unrun (cancel()). Optional.
-  std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
+  AMPACTOR_ARG_ANY(bool, detached, true);
+  /// Jobs whose epoch is below this value are dropped unrun (cancel()). Optional (nullptr: none).
+  AMPACTOR_ARG_ANY(Epoch, cancel_epoch, nullptr);
 };
 
-/// Spawns an optimizer actor reporting to `keeper`. opts.enabled and opts.allow_fp16_grads apply.
+/// Spawns an optimizer actor reporting to `keeper`. opts.enabled() and opts.allow_fp16_grads()
+/// apply.
 optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor keeper,
                                       const GradScalerOptions& opts,
                                       OptimizerActorOptions options = {});
 
 /// A keeper and an optimizer actor wired together: everything a trainer needs. With
-/// options.detached (the default) both get threads of their own.
+/// options.detached() (the default) both get threads of their own.
 struct ScalerActors {
   scale_keeper_actor keeper;
   optimizer_actor optimizer;

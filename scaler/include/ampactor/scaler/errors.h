@@ -59,9 +59,12 @@ enum class errc : std::uint8_t {
   /// A message broke the protocol: e.g. a ScaleRequest{k} whose earlier iteration's update was
   /// never sent, or a step job that unscales more optimizers than it was allowed to.
   protocol_misuse,
-  /// A setter of the options (GradScalerOptions, AsyncOptimizerOptions, SubmitOptions...) or a
-  /// call's argument was given a value it cannot hold.
+  /// A setter of the options (AsyncOptimizerOptions, SubmitOptions...; GradScalerOptions' use the
+  /// bad_* codes above) or a call's argument was given a value it cannot hold.
   bad_option,
+  /// AsyncOptimizer given model parameters it cannot keep masters of (undefined, not floating
+  /// point, or spread over devices when offloading).
+  bad_parameters,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".

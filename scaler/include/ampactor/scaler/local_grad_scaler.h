@@ -34,7 +34,8 @@ class LocalGradScaler {
 
   explicit LocalGradScaler(const GradScalerOptions& opts = {});
   /// torch's positional constructor: GradScaler(init_scale, growth_factor, backoff_factor,
-  /// growth_interval, enabled).
+  /// growth_interval, enabled). The values go through GradScalerOptions' setters, so one no
+  /// scaler could hold (e.g. a NaN factor) is refused even when disabled.
   LocalGradScaler(double init_scale, double growth_factor = 2.0, double backoff_factor = 0.5,
                   std::int64_t growth_interval = 2000, bool enabled = true);
 

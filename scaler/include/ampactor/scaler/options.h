@@ -1,19 +1,29 @@
-// Constructor arguments of torch.amp.GradScaler, with its defaults.
+// Constructor arguments of torch.amp.GradScaler, with its defaults, as named options:
+// GradScalerOptions().init_scale(1024).growth_interval(100).
 #pragma once
 
 #include <cstdint>
 
+#include <ampactor/scaler/arg.h>
+
 namespace ampactor {
 
-struct GradScalerOptions {
-  double init_scale = 65536.0;  // 2^16
-  double growth_factor = 2.0;
-  double backoff_factor = 0.5;
-  std::int64_t growth_interval = 2000;
-  bool enabled = true;
+/// Each setter refuses, with ScalerError and no change, only a value that no scaler could use:
+/// a factor that is NaN or infinite (bad_growth_factor, bad_backoff_factor), a growth_interval
+/// outside int32 (bad_growth_interval), an init_scale that is NaN or becomes inf or 0 as the float
+/// scale (bad_init_scale). torch checks the rest (growth_factor > 1, 0 < backoff_factor < 1,
+/// growth_interval >= 1, init_scale > 0) only for an enabled scaler, so a disabled one accepts any
+/// factors: validate() does those checks, with torch's texts, and the scalers call it.
+class GradScalerOptions {
+  AMPACTOR_ARG(double, init_scale, 65536.0);  // 2^16
+  AMPACTOR_ARG(double, growth_factor, 2.0);
+  AMPACTOR_ARG(double, backoff_factor, 0.5);
+  AMPACTOR_ARG(std::int64_t, growth_interval, 2000);
+  AMPACTOR_ARG_ANY(bool, enabled, true);
   /// ampactor extension: let unscale_ take fp16 gradients (torch refuses them with a ValueError).
-  bool allow_fp16_grads = false;
+  AMPACTOR_ARG_ANY(bool, allow_fp16_grads, false);
 
+ public:
   /// Throws ScalerError unless growth_factor > 1, 0 < backoff_factor < 1,
   /// 1 <= growth_interval < 2^31 and init_scale is finite and > 0. Like torch, a disabled
   /// scaler's factors are not checked.
