@@ -7,7 +7,7 @@ DEB_PACKAGES := cmake g++ make libcaf-dev libtorch-dev doctest-dev nlohmann-json
 # the reference BLAS, about 15x slower here).
 DEMO_PACKAGES := gnuplot-nox libopenblas0-openmp
 
-.PHONY: all deps configure build test bench demo format clean
+.PHONY: all deps configure build test tsan bench demo format clean
 
 all: build
 
@@ -22,6 +22,10 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The ThreadSanitizer gate (cmake/tsan-gate.sh): CAF and the actor suites built with TSan.
+tsan: deps
+	./cmake/tsan-gate.sh
 
 bench: build
 	$(BUILD)/bench/ampactor-bench-kernels --json $(BUILD)/bench-kernels.json
