@@ -7,15 +7,6 @@
 
 namespace ampactor {
 
-/// What has arrived for one iteration from the optimizer side.
-struct KeeperCore::Unscales {
-  std::int32_t count = 0;
-  bool found_inf = false;
-  /// The smallest scale_used among reports with found_inf (lagged policy: if it is larger than
-  /// the current scale, that overflow event was already backed off).
-  float min_inf_scale = INFINITY;
-};
-
 namespace {
 
 template <class T, class V>
@@ -170,12 +161,11 @@ void KeeperCore::on(peer_id from, std::uint64_t request, const GetParams& g) {
 
 void KeeperCore::on(const UnscaleDone& d) {
   if (d.k <= applied_through_) return;  // late report for an applied update: ignored
-  auto& slot = unscales_[d.k];
-  if (!slot) slot = std::make_unique<Unscales>();
-  ++slot->count;
+  Unscales& slot = unscales_[d.k];
+  ++slot.count;
   if (d.found_inf) {
-    slot->found_inf = true;
-    slot->min_inf_scale = std::min(slot->min_inf_scale, d.scale_used);
+    slot.found_inf = true;
+    slot.min_inf_scale = std::min(slot.min_inf_scale, d.scale_used);
   }
   drain();
 }
@@ -192,7 +182,7 @@ bool KeeperCore::ready(const KeeperInput& in) const {
   if (auto* w = std::get_if<UpdateWhenClosed>(&in)) return closed_.count(w->k) != 0;
   const auto& u = std::get<UpdateScale>(in);
   const auto it = unscales_.find(u.k);
-  const std::int32_t got = it == unscales_.end() ? 0 : it->second->count;
+  const std::int32_t got = it == unscales_.end() ? 0 : it->second.count;
   if (got >= u.unscales) return true;
   // A job whose unscales were counted in advance failed before making them: they never come.
   const auto closed = closed_.find(u.k);
@@ -214,7 +204,7 @@ void KeeperCore::apply(const KeeperInput& in) {
     out.abandoned = true;
   } else {
     const auto it = unscales_.find(k);
-    const Unscales got = it == unscales_.end() ? Unscales{} : *it->second;
+    const Unscales got = it == unscales_.end() ? Unscales{} : it->second;
     out.found_inf = got.found_inf;
     // One overflow event, one backoff: an overflow found only with scales larger than the current
     // one was produced before the backoff that already answered it.

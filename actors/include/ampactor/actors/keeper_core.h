@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -105,7 +106,14 @@ class KeeperCore {
   std::size_t waiting() const { return queue_.size(); }
 
  private:
-  struct Unscales;
+  /// What has arrived for one iteration from the optimizer side.
+  struct Unscales {
+    std::int32_t count = 0;
+    bool found_inf = false;
+    /// The smallest scale_used among reports with found_inf (lagged policy: if it is larger
+    /// than the current scale, that overflow event was already backed off).
+    float min_inf_scale = std::numeric_limits<float>::infinity();
+  };
   struct Queued {
     peer_id from = 0;
     std::uint64_t request = 0;
@@ -129,7 +137,7 @@ class KeeperCore {
   ScaleState state_;
   ScalePolicy policy_;
   iteration_t applied_through_ = -1;
-  std::map<iteration_t, std::unique_ptr<Unscales>> unscales_;
+  std::map<iteration_t, Unscales> unscales_;
   /// What the optimizer said of iterations it closed.
   std::map<iteration_t, IterationClosed> closed_;
   std::deque<Queued> queue_;
