@@ -1,0 +1,25 @@
+#!/bin/sh
+# Packaging cannot rot unseen: installs this build into a fresh prefix, then builds and runs
+# examples/ against it with find_package, and once more with ampactor as a subproject.
+# Usage: package-test.sh BUILD_DIR SOURCE_DIR WORK_DIR [PREFIX_PATH]
+set -eu
+build=$1 src=$2 work=$3 prefix_path=${4:-}
+rm -rf "$work"
+mkdir -p "$work"
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log"
+test -f "$work/prefix/lib/cmake/ampactor/ampactorConfig.cmake"
+
+echo "== find_package(ampactor) from $work/prefix"
+cmake -S "$src/examples" -B "$work/find" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix;$prefix_path" >"$work/find-configure.log"
+cmake --build "$work/find" -j 2 >"$work/find-build.log"
+"$work/find/local_scaler"
+
+echo "== add_subdirectory(ampactor)"
+cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
+  -DCMAKE_PREFIX_PATH="$prefix_path" >"$work/sub-configure.log"
+# A subproject builds no tests, benches, demo or tools, and leaves the build type alone.
+! grep -q "tests=ON\|bench=ON" "$work/sub-configure.log"
+cmake --build "$work/sub" -j 2 >"$work/sub-build.log"
+test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
+"$work/sub/local_scaler"
