@@ -83,19 +83,20 @@ void tell(keeper_ptr self, const In& in) {
 
 scale_keeper_actor::behavior_type keeper(keeper_ptr self, std::shared_ptr<KeeperCore> core) {
   self->state.core = std::move(core);
+  // CAF tries the handlers in this order, comparing type names: the per-iteration messages first.
   return {
+      [=](UnscaleDone d) { tell(self, d); },
+      [=](UpdateScale u) { tell(self, u); },
       [=](ScaleRequest r) { return ask<ScaleReply>(self, r); },
+      [=](IterationClosed c) { tell(self, c); },
+      [=](UpdateWhenClosed u) { tell(self, u); },
+      [=](SetScale u) { tell(self, u); },
       [=](GetParams g) { return ask<ScaleParams>(self, g); },
       [=](SetGrowthFactor s) { return ask<ScaleParams>(self, s); },
       [=](SetBackoffFactor s) { return ask<ScaleParams>(self, s); },
       [=](SetGrowthInterval s) { return ask<ScaleParams>(self, s); },
       [=](GetStateDict g) { return ask<StateDictMsg>(self, g); },
       [=](LoadStateDict l) { return ask<ScaleParams>(self, l); },
-      [=](UnscaleDone d) { tell(self, d); },
-      [=](UpdateScale u) { tell(self, u); },
-      [=](UpdateWhenClosed u) { tell(self, u); },
-      [=](SetScale u) { tell(self, u); },
-      [=](IterationClosed c) { tell(self, c); },
       [=](subscribe_atom, trainer_actor who) {
         if (!who) return;
         const peer_id id = who.id();
