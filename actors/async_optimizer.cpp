@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <torch/optim/optimizer.h>
 
 #include <iostream>
 #include <stdexcept>
@@ -80,6 +81,7 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
                            .to(master_device, options_.optim_dtype(), /*non_blocking=*/false,
                                /*copy=*/true)
                            .set_requires_grad(true));
+    master_impls_.insert(masters_.back().unsafeGetTensorImpl());
     if (options_.swap_weights()) spare_.push_back(p.detach().clone());
   }
   if (options_.defer_grad_move() && options_.swap_weights())
@@ -134,7 +136,22 @@ std::vector<at::Tensor> AsyncOptimizer::model_grads() const {
   return g;
 }
 
+void AsyncOptimizer::check_optimizer(const torch::optim::Optimizer& opt) const {
+  std::size_t i = 0;
+  for (const auto& group : opt.param_groups())
+    for (const at::Tensor& p : group.params()) {
+      if (!master_impls_.count(p.unsafeGetTensorImpl()))
+        throw ScalerError(errc::bad_parameters,
+                          "AsyncOptimizer::step: the optimizer's parameter " + std::to_string(i) +
+                              " is not one of optim_parameters(): build the optimizer over "
+                              "the pipeline's masters (optim_parameters()), not the model's "
+                              "parameters");
+      ++i;
+    }
+}
+
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
+  check_optimizer(opt);
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
   if (options_.staleness() == 0) {

@@ -64,6 +64,7 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
     return false;
   }
   const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
+  moved_.push_back(&opt);
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found);
   return found;
@@ -71,6 +72,12 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
 
 bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   if (!enabled_) return false;
+  if (std::find(moved_.begin(), moved_.end(), &opt) != moved_.end())
+    throw ScalerError(errc::unscale_twice,
+                      std::string(texts::unscale_twice) +
+                          " The pipeline's grad move unscaled this optimizer's gradients: the "
+                          "masters' grads are true-sized inside fn, so clip them there without "
+                          "unscale_().");
   refuse_late_unscale(opt);
   const bool found = tracker_.unscale_(opt, inverse(scale_));
   ++unscales_;

@@ -142,6 +142,58 @@ TEST_CASE("pipeline misuse: fn may not unscale") {
   CHECK(scaler.get_scale() == 256.0);  // the grad move's clean unscale still made update 0
 }
 
+TEST_CASE("pipeline misuse: unscale_ in fn says the grad move already unscaled, where to clip") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  AsyncOptimizer pipe(model.p, scaler, AsyncOptimizerOptions().staleness(0));
+  torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+  scaler.scale(model.loss(0, false)).backward();
+  std::string what;
+  errc code = errc::step_failed;
+  try {
+    pipe.step(opt, [&] {
+      scaler.unscale_(opt);  // the call that is refused, inside fn
+      scaler.step(opt);
+    });
+  } catch (const ScalerError& e) {
+    what = e.what();
+    code = e.code();
+  }
+  CHECK(code == errc::unscale_twice);
+  CHECK(what == std::string(texts::unscale_twice) +
+                    " The pipeline's grad move unscaled this optimizer's gradients: the masters' "
+                    "grads are true-sized inside fn, so clip them there without unscale_().");
+}
+
+TEST_CASE("pipeline misuse: an optimizer over the model's parameters is refused at step()") {
+  Mlp model;
+  GradScaler scaler(opts(256, 2, 0.5, 1000));
+  AsyncOptimizer pipe(model.p, scaler, AsyncOptimizerOptions().staleness(0));
+  torch::optim::SGD wrong(model.p, torch::optim::SGDOptions(0.05));
+  scaler.scale(model.loss(0, false)).backward();
+  const at::Tensor before = model.p[0].detach().clone();
+  bool ran = false;
+  try {
+    pipe.step(wrong, [&] { ran = true; });
+    FAIL("step() accepted an optimizer over the model's parameters");
+  } catch (const ScalerError& e) {
+    CHECK(e.code() == errc::bad_parameters);
+    CHECK(std::string(e.what()) ==
+          "AsyncOptimizer::step: the optimizer's parameter 0 is not one of optim_parameters(): "
+          "build the optimizer over the pipeline's masters (optim_parameters()), not the model's "
+          "parameters");
+  }
+  // Nothing was queued: the grads are still the model's, and the right optimizer steps.
+  CHECK_FALSE(ran);
+  CHECK(model.p[0].grad().defined());
+  CHECK(model.p[0].detach().equal(before));
+  torch::optim::SGD right(pipe.optim_parameters(), torch::optim::SGDOptions(0.05));
+  pipe.step(right, [&] { scaler.step(right); });
+  scaler.update();
+  scaler.sync();
+  CHECK_FALSE(model.p[0].detach().equal(before));
+}
+
 TEST_CASE("master_device: the model's device keeps the masters there; another device is refused") {
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));

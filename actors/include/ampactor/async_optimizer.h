@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 namespace caf {
@@ -89,10 +90,11 @@ class AsyncOptimizer {
   /// these (e.g. torch::optim::AdamW(async.optim_parameters(), ...)).
   const std::vector<at::Tensor>& optim_parameters() const { return masters_; }
 
-  /// Iteration k's step for `opt`, an optimizer over optim_parameters(). fn runs on the optimizer
-  /// thread and normally calls scaler.step(opt) (it may not unscale: the grad move did). The
-  /// model's grads may be zeroed as soon as this returns (with defer_grad_move they are already
-  /// gone).
+  /// Iteration k's step for `opt`, an optimizer over optim_parameters() (one with any other
+  /// parameter, e.g. the model's, is refused: ScalerError(errc::bad_parameters), nothing queued).
+  /// fn runs on the optimizer thread and normally calls scaler.step(opt) (it may not unscale: the
+  /// grad move did). The model's grads may be zeroed as soon as this returns (with defer_grad_move
+  /// they are already gone).
   void step(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// Waits for every queued step and brings the model's weights up to date with the masters.
   void sync();
@@ -100,6 +102,8 @@ class AsyncOptimizer {
   int staleness() const { return options_.staleness(); }
 
  private:
+  /// Throws unless every parameter of opt is one of the masters.
+  void check_optimizer(const torch::optim::Optimizer& opt) const;
   /// (a): masters -> model weights. On the optimizer thread.
   void copy_to_model();
   /// swap_weights: masters -> the spare weights, after fn.
@@ -120,6 +124,7 @@ class AsyncOptimizer {
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;
+  std::unordered_set<const void*> master_impls_;  // to tell an optimizer over anything else
   std::vector<at::Tensor> spare_;  // swap_weights: the buffer the model does not use now
   GradScaler& scaler_;
   AsyncOptimizerOptions options_;

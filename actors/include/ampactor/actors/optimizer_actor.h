@@ -87,6 +87,7 @@ class JobContext {
   caf::actor_id runner_;
   StepTracker& tracker_;
   std::int32_t unscales_ = 0;
+  std::vector<const torch::optim::Optimizer*> moved_;  // optimizers whose grads this job moved
   JobContext* outer_;
 };
 

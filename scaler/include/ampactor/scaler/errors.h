@@ -63,7 +63,8 @@ enum class errc : std::uint8_t {
   /// bad_* codes above) or a call's argument was given a value it cannot hold.
   bad_option,
   /// AsyncOptimizer given model parameters it cannot keep masters of (undefined, not floating
-  /// point, or spread over devices when offloading).
+  /// point, or spread over devices when offloading), or an optimizer over anything but its
+  /// masters.
   bad_parameters,
 };
 
