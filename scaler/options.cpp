@@ -15,17 +15,19 @@ std::string show(double v) {
 }
 }  // namespace
 
-void check_growth_factor(double v) {
+void check_growth_factor(double v, bool torch_text) {
   // `!(v > 1)` also refuses NaN.
   if (!(v > 1.0) || std::isinf(v))
     throw ScalerError(errc::bad_growth_factor,
-                      std::string(texts::growth_factor) + " Got " + show(v) + ".");
+                      torch_text ? std::string(texts::growth_factor)
+                                 : std::string(texts::growth_factor) + " Got " + show(v) + ".");
 }
 
-void check_backoff_factor(double v) {
+void check_backoff_factor(double v, bool torch_text) {
   if (!(v < 1.0))
     throw ScalerError(errc::bad_backoff_factor,
-                      std::string(texts::backoff_factor) + " Got " + show(v) + ".");
+                      torch_text ? std::string(texts::backoff_factor)
+                                 : std::string(texts::backoff_factor) + " Got " + show(v) + ".");
   if (!(v > 0.0))
     throw ScalerError(errc::bad_backoff_factor,
                       "The backoff factor must be > 0.0. Got " + show(v) + ".");
@@ -38,6 +40,11 @@ void check_growth_interval(std::int64_t v) {
         "The growth interval must be >= 1 and < 2^31. Got " + std::to_string(v) + ".");
 }
 
+void check_fits_float(double v, errc code) {
+  if (std::isfinite(v) && std::fabs(v) > double(std::numeric_limits<float>::max()))
+    throw ScalerError(code, texts::float_overflow);
+}
+
 void check_init_scale(double v) {
   if (!(v > 0.0) || !std::isfinite(v))
     throw ScalerError(errc::bad_init_scale,
@@ -47,10 +54,10 @@ void check_init_scale(double v) {
 // The setters refuse only what no scaler, enabled or not, could hold (see the class comment).
 
 GradScalerOptions& GradScalerOptions::init_scale(double v) {
-  // The scale is a float: a double that rounds to inf or 0 would be a different scale. From this
-  // bound on a double rounds to inf (and casting one past float's range is undefined).
-  constexpr double rounds_to_inf = 0x1.ffffffp127;
-  if (std::isnan(v) || std::fabs(v) >= rounds_to_inf || static_cast<float>(v) == 0.0f)
+  // The scale is a float: a double beyond its range, or one that rounds to 0, would be another
+  // scale.
+  check_fits_float(v, errc::bad_init_scale);  // torch.full((), v) refuses it with this text
+  if (!std::isfinite(v) || static_cast<float>(v) == 0.0f)
     throw ScalerError(
         errc::bad_init_scale,
         "The initial scale must be finite and nonzero as a float. Got " + show(v) + ".");
@@ -85,8 +92,8 @@ GradScalerOptions& GradScalerOptions::growth_interval(std::int64_t v) {
 
 void GradScalerOptions::validate() const {
   if (!enabled_) return;
-  check_growth_factor(growth_factor_);
-  check_backoff_factor(backoff_factor_);
+  check_growth_factor(growth_factor_, /*torch_text=*/true);
+  check_backoff_factor(backoff_factor_, /*torch_text=*/true);
   check_growth_interval(growth_interval_);
   check_init_scale(init_scale_);
 }

@@ -1,4 +1,5 @@
 #include <ampactor/scaler/errors.h>
+#include <ampactor/scaler/options.h>
 #include <ampactor/scaler/state_dict.h>
 
 #include <cmath>
@@ -41,6 +42,7 @@ void load_state_dict(ScaleState& state, const StateDict& sd) {
   const std::int64_t interval = sd.get_int("growth_interval");
   const std::int64_t tracker = sd.get_int("_growth_tracker");
   // A live scale may have decayed towards 0, so only finiteness and sign are required here.
+  check_fits_float(scale, errc::bad_state_dict);  // torch's fill_ into the float scale refuses it
   if (!std::isfinite(scale) || scale < 0)
     throw ScalerError(errc::bad_state_dict,
                       "state_dict['scale'] must be finite and >= 0, got " + std::to_string(scale));

@@ -9,8 +9,11 @@
 // clip_grad.h is not self-contained: it needs torch::Tensor from above.
 #include <torch/nn/utils/clip_grad.h>
 
+#include <ATen/ops/scalar_tensor.h>
+
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 
 #include "tensor_helpers.h"
@@ -355,4 +358,31 @@ TEST_CASE("getters and setters, state_dict across scalers") {
   CHECK(t.get_growth_interval() == 2);
   CHECK(at::equal(t.scale(at::ones({1})), at::full({1}, 256.0f)));  // lazily created from the dict
   CHECK(code_of([&] { t.load_state_dict(StateDict{}); }) == errc::empty_state_dict);
+}
+
+TEST_CASE(
+    "torch's texts: a scale beyond float's range, the constructor's factors; nothing changes") {
+  auto text_of = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const ScalerError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(text_of([] { LocalGradScaler(3.5e38); }) == texts::float_overflow);
+  // The constructor's refusals are torch's texts exactly.
+  CHECK(text_of([] { LocalGradScaler(1024.0, 1.0); }) == texts::growth_factor);
+  CHECK(text_of([] { LocalGradScaler(1024.0, 2.0, 1.0); }) == texts::backoff_factor);
+  LocalGradScaler s(256.0, 2.0, 0.5, 1);
+  s.scale(at::ones({1}));
+  CHECK(text_of([&] { s.update(1e39); }) == texts::float_overflow);
+  CHECK(text_of([&] { s.update(at::scalar_tensor(1e39, at::kDouble)); }) == texts::float_overflow);
+  CHECK(s.get_scale() == 256.0);
+  StateDict sd = s.state_dict();
+  sd.set("scale", 1e39);
+  CHECK(text_of([&] { s.load_state_dict(sd); }) == texts::float_overflow);
+  CHECK(s.get_scale() == 256.0);
+  s.update(std::numeric_limits<float>::max());  // float's largest scale is still one
+  CHECK(s.get_scale() == double(std::numeric_limits<float>::max()));
 }

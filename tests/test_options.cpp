@@ -96,6 +96,9 @@ TEST_CASE("GradScalerOptions: a setter refuses what no scaler could hold and cha
     CHECK(refused([v](O& o) { o.growth_interval(v); }) == errc::bad_growth_interval);
   }
   CHECK_THROWS_WITH_AS(O().growth_factor(kNaN), doctest::Contains("Got nan."), ScalerError);
+  // torch's own texts where torch has one: c10's for a scale a float cannot hold.
+  CHECK_THROWS_WITH_AS(O().init_scale(3.5e38), texts::float_overflow, ScalerError);
+  CHECK_THROWS_WITH_AS(O().init_scale(-1e39), texts::float_overflow, ScalerError);
   CHECK_THROWS_WITH_AS(O().growth_interval(i32_max + 1), doctest::Contains("Got 2147483648."),
                        ScalerError);
 }
@@ -104,9 +107,11 @@ TEST_CASE("GradScalerOptions: the setters take what a disabled scaler may hold")
   // torch checks these only for an enabled scaler: validate() does, the setters do not.
   using O = GradScalerOptions;
   CHECK(refused([](O& o) { o.init_scale(-1); }) == errc{});
-  CHECK(refused([](O& o) { o.init_scale(std::nextafter(0x1.ffffffp127, 0.0)); }) ==
-        errc{});  // rounds to float's max
-  CHECK(refused([](O& o) { o.init_scale(0x1.ffffffp127); }) == errc::bad_init_scale);  // to inf
+  constexpr double flt_max = std::numeric_limits<float>::max();
+  CHECK(refused([](O& o) { o.init_scale(flt_max); }) == errc{});
+  // Beyond float's range, as c10 refuses to convert it (even where it would round to the max).
+  CHECK(refused([](O& o) { o.init_scale(std::nextafter(flt_max, kInf)); }) == errc::bad_init_scale);
+  CHECK(refused([](O& o) { o.init_scale(0x1.ffffffp127); }) == errc::bad_init_scale);
   CHECK(refused([](O& o) { o.init_scale(1e-45); }) == errc{});  // float's smallest denormal
   CHECK(refused([](O& o) { o.growth_factor(0.5); }) == errc{});
   CHECK(refused([](O& o) { o.backoff_factor(-2); }) == errc{});

@@ -106,6 +106,9 @@ inline constexpr const char* bad_new_scale =
     "new_scale should be a float or a 1-element torch.cuda.FloatTensor or torch.FloatTensor with "
     "requires_grad=False.";
 inline constexpr const char* growth_factor = "The growth factor must be > 1.0.";
+/// c10's text when a double does not fit a float (torch.full, fill_, copy_ into the scale).
+inline constexpr const char* float_overflow =
+    "value cannot be converted to type float without overflow";
 inline constexpr const char* backoff_factor = "The backoff factor must be < 1.0.";
 inline constexpr const char* update_off_main_thread =
     "GradScaler.update() must be called from the main thread.";

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include <ampactor/scaler/arg.h>
+#include <ampactor/scaler/errors.h>
 
 namespace ampactor {
 
@@ -30,10 +31,14 @@ class GradScalerOptions {
   void validate() const;
 };
 
-/// Individual checks, shared by the constructor, the setters and load_state_dict.
-void check_growth_factor(double v);
-void check_backoff_factor(double v);
+/// Individual checks, shared by the constructor, the setters and load_state_dict. torch_text:
+/// torch's constructor text alone (torch checks nothing else); otherwise the value is appended.
+void check_growth_factor(double v, bool torch_text = false);
+void check_backoff_factor(double v, bool torch_text = false);
 void check_growth_interval(std::int64_t v);
 void check_init_scale(double v);
+/// Throws ScalerError(code, texts::float_overflow) for a finite double beyond float's range, as
+/// c10 refuses to convert one (inf and NaN are left to the caller's own checks).
+void check_fits_float(double v, errc code);
 
 }  // namespace ampactor
