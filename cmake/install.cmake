@@ -13,11 +13,7 @@ foreach(_lib IN LISTS _ampactor_libs)
   set_target_properties(${_lib} PROPERTIES EXPORT_NAME ${_name})
 endforeach()
 
-# Everything in one target, as users link it.
-add_library(ampactor_all INTERFACE)
-add_library(ampactor::ampactor ALIAS ampactor_all)
 set_target_properties(ampactor_all PROPERTIES EXPORT_NAME ampactor)
-target_link_libraries(ampactor_all INTERFACE ampactor_actors ampactor_trace)
 
 install(TARGETS ${_ampactor_libs} ampactor_all EXPORT ampactorTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -14,6 +14,7 @@ cmake -S "$src/examples" -B "$work/find" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix;$prefix_path" >"$work/find-configure.log"
 cmake --build "$work/find" -j 2 >"$work/find-build.log"
 "$work/find/local_scaler"
+"$work/find/caf_service"
 
 echo "== add_subdirectory(ampactor)"
 cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
@@ -23,3 +24,4 @@ cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
 cmake --build "$work/sub" -j 2 >"$work/sub-build.log"
 test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
 "$work/sub/local_scaler"
+"$work/sub/caf_service"
