@@ -27,13 +27,14 @@ if [ ! -f "$CAF_LIB/libcaf_core.so.0.17.6" ]; then
     -o "Dir::State::Lists=$src/lists")
   apt-get "${apt_opts[@]}" update -qq
   # Only the upstream tarball is needed (Debian's packaging part may be missing on a mirror).
-  (cd "$src/dl" && apt-get "${apt_opts[@]}" source --download-only -qq actor-framework) || true
+  (cd "$src/dl" && apt-get "${apt_opts[@]}" source --download-only -qq actor-framework \
+    >"$src/download.log" 2>&1) || true
   tarball=$src/dl/actor-framework_0.17.6.orig.tar.gz
   echo "$CAF_SHA256  $tarball" | sha256sum -c --quiet
   tar xzf "$tarball" -C "$src"
   cmake -S "$src/actor-framework-0.17.6" -B "$src/build" -DCMAKE_BUILD_TYPE=Release \
     -DCAF_NO_EXAMPLES=yes -DCAF_NO_UNIT_TESTS=yes -DCAF_NO_OPENSSL=yes -DCAF_NO_TOOLS=yes \
-    -DCAF_NO_PYTHON=yes -DCAF_NO_OPENCL=yes -DCAF_NO_BENCHMARKS=yes \
+    -DCAF_NO_PYTHON=yes -DCAF_NO_OPENCL=yes \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread -g1" >"$src/configure.log"
   cmake --build "$src/build" -j "$JOBS" --target libcaf_core_shared >"$src/build.log"
   mkdir -p "$CAF_LIB"
