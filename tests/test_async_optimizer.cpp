@@ -194,7 +194,7 @@ TEST_CASE("pipeline misuse: an optimizer over the model's parameters is refused 
   CHECK_FALSE(model.p[0].detach().equal(before));
 }
 
-TEST_CASE("master_device: the model's device keeps the masters there; another device is refused") {
+TEST_CASE("master_device: the model's device keeps the masters there, another device is refused") {
   Mlp model;
   GradScaler scaler(opts(256, 2, 0.5, 1000));
   AsyncOptimizerOptions o;

@@ -31,7 +31,7 @@ TEST_CASE("lagged: a ScaleRequest ahead of the updates is answered (RoundPipe's 
   CHECK(std::holds_alternative<ScaleReply>(rig.replies("t")[1]));
 }
 
-TEST_CASE("subscribe twice pushes once; unsubscribe stops the pushes") {
+TEST_CASE("subscribe twice pushes once, unsubscribe stops the pushes") {
   KeeperRig rig(GradScalerOptions{}, ScalePolicy::exact);
   const peer_id m = rig.peer("monitor");
   rig.send("monitor", Subscribe{m});
