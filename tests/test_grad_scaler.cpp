@@ -72,6 +72,87 @@ TEST_CASE("lagged policy, real threads: every iteration accounted for, one backo
   CHECK(skipped == events + stale);
 }
 
+TEST_CASE("get_scale: the main thread's iteration versus the job's own scale") {
+  GradScaler scaler(opts(1024, 2, 0.5, 1));
+  Net net;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::atomic<double> seen_in_job{0};
+  scaler.scale(at::ones({1}));
+  CHECK(scaler.get_scale() == 1024.0);
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  scaler.submit([&] {
+    gate.wait();
+    seen_in_job = scaler.get_scale();
+    scaler.step(*net.opt);
+  });
+  scaler.update(4096.0);                // a new scale does not wait for the job
+  CHECK(scaler.get_scale() == 4096.0);  // main thread: iteration 1's scale
+  release.set_value();
+  scaler.sync();
+  CHECK(seen_in_job.load() == 1024.0);  // the job: the scale its gradients were made with
+}
+
+TEST_CASE("submit with counted unscales: update applies on the job's unscale, not its end") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));  // each clean update doubles the scale
+  Net net;
+  // A count below 1 cannot be made; an empty job is refused as the README says: ScalerError.
+  auto code = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const ScalerError& e) {
+      return e.code();
+    }
+    return errc{};
+  };
+  CHECK(code([] { UnscalePermit::exactly(0); }) == errc::bad_option);
+  CHECK(code([] { UnscalePermit::exactly(-1); }) == errc::bad_option);
+  CHECK(code([&] { scaler.submit(nullptr); }) == errc::bad_option);
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  scaler.scale(at::ones({1}));
+  net.set_grads({at::ones({7}), at::ones({5, 3})});
+  scaler.submit(
+      [&] {
+        scaler.unscale_(*net.opt);  // the counted unscale
+        gate.wait();                // the rest of the job (the optimizer math) still runs
+        scaler.step(*net.opt);
+      },
+      SubmitOptions().unscales(UnscalePermit::exactly(1)));
+  scaler.update();
+  // Exact policy: iteration 1's scale is update 0's result, which came from the unscale alone.
+  scaler.scale(at::ones({1}));
+  CHECK(scaler.get_scale() == 256.0);
+  release.set_value();
+  scaler.update(256.0);
+  scaler.sync();
+  CHECK(scaler.wait_result(0).steps.size() == 1);
+  CHECK_FALSE(scaler.wait_result(0).failed);
+
+  // A counted job cancelled before it ran: the update it was counted for changes nothing, and
+  // nothing waits for the unscale that never comes.
+  std::promise<void> release2;
+  std::shared_future<void> gate2 = release2.get_future().share();
+  std::promise<void> started;
+  scaler.scale(at::ones({1}));
+  scaler.submit(
+      [&] {
+        started.set_value();
+        gate2.wait();
+      },
+      SubmitOptions().unscales(UnscalePermit::none()));  // update() knows the count: the
+                                                         // counted job's one unscale
+  scaler.submit([&] { scaler.step(*net.opt); },
+                SubmitOptions().unscales(UnscalePermit::exactly(1)));
+  scaler.update();
+  started.get_future().wait();
+  scaler.cancel();
+  release2.set_value();
+  scaler.sync();
+  CHECK(scaler.wait_result(2).cancelled_jobs == 1);
+  CHECK(scaler.get_scale() == 256.0);
+}
+
 TEST_CASE("misuse on the main thread: torch's texts, nothing changes") {
   GradScaler scaler(opts(128, 2, 0.5, 1));
   Net net;
