@@ -12,14 +12,8 @@ GradScaler::GradScaler(const GradScalerOptions& opts, ScalePolicy policy,
 
 GradScaler::GradScaler(double init_scale, double growth_factor, double backoff_factor,
                        std::int64_t growth_interval, bool enabled)
-    : GradScaler(
-          // In validate()'s order, so a call with several bad values is refused for the same one.
-          GradScalerOptions()
-              .enabled(enabled)
-              .growth_factor(growth_factor)
-              .backoff_factor(backoff_factor)
-              .growth_interval(growth_interval)
-              .init_scale(init_scale)) {}
+    : GradScaler(GradScalerOptions::positional(init_scale, growth_factor, backoff_factor,
+                                               growth_interval, enabled)) {}
 
 GradScaler::GradScaler(caf::actor_system& sys, const GradScalerOptions& opts, ScalePolicy policy,
                        std::shared_ptr<KeeperTap> tap)

@@ -16,14 +16,8 @@ LocalGradScaler::LocalGradScaler(const GradScalerOptions& opts)
 
 LocalGradScaler::LocalGradScaler(double init_scale, double growth_factor, double backoff_factor,
                                  std::int64_t growth_interval, bool enabled)
-    : LocalGradScaler(
-          // In validate()'s order, so a call with several bad values is refused for the same one.
-          GradScalerOptions()
-              .enabled(enabled)
-              .growth_factor(growth_factor)
-              .backoff_factor(backoff_factor)
-              .growth_interval(growth_interval)
-              .init_scale(init_scale)) {}
+    : LocalGradScaler(GradScalerOptions::positional(init_scale, growth_factor, backoff_factor,
+                                                    growth_interval, enabled)) {}
 
 at::Tensor LocalGradScaler::scale(const at::Tensor& outputs) {
   if (!enabled_) return outputs;

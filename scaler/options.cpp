@@ -90,6 +90,18 @@ GradScalerOptions& GradScalerOptions::growth_interval(std::int64_t v) {
   return *this;
 }
 
+GradScalerOptions GradScalerOptions::positional(double init_scale, double growth_factor,
+                                                double backoff_factor, std::int64_t growth_interval,
+                                                bool enabled, bool allow_fp16_grads) {
+  return GradScalerOptions()
+      .enabled(enabled)
+      .allow_fp16_grads(allow_fp16_grads)
+      .growth_factor(growth_factor)
+      .backoff_factor(backoff_factor)
+      .growth_interval(growth_interval)
+      .init_scale(init_scale);
+}
+
 void GradScalerOptions::validate() const {
   if (!enabled_) return;
   check_growth_factor(growth_factor_, /*torch_text=*/true);

@@ -154,13 +154,8 @@ struct OptionValues {
   }
   /// Throws ScalerError for a value a setter refuses.
   GradScalerOptions options() const {
-    return GradScalerOptions()
-        .enabled(enabled)
-        .allow_fp16_grads(allow_fp16_grads)
-        .growth_factor(growth_factor)
-        .backoff_factor(backoff_factor)
-        .growth_interval(growth_interval)
-        .init_scale(init_scale);
+    return GradScalerOptions::positional(init_scale, growth_factor, backoff_factor, growth_interval,
+                                         enabled, allow_fp16_grads);
   }
 };
 

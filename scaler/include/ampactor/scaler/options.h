@@ -28,6 +28,11 @@ class GradScalerOptions {
   /// Throws ScalerError unless growth_factor > 1, 0 < backoff_factor < 1,
   /// 1 <= growth_interval < 2^31 and init_scale is finite and > 0. Like torch, a disabled
   /// scaler's factors are not checked.
+  /// torch's positional constructor's values through the setters, in validate()'s order, so a
+  /// call with several bad values is refused for the same one.
+  static GradScalerOptions positional(double init_scale, double growth_factor,
+                                      double backoff_factor, std::int64_t growth_interval,
+                                      bool enabled, bool allow_fp16_grads = false);
   void validate() const;
 };
 
