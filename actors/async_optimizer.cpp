@@ -152,6 +152,7 @@ void AsyncOptimizer::check_optimizer(const torch::optim::Optimizer& opt) const {
 
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
   check_optimizer(opt);
+  behind_ = options_.staleness() == 1;
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
   if (options_.staleness() == 0) {
@@ -294,6 +295,7 @@ void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<vo
 }
 
 void AsyncOptimizer::sync() {
+  behind_ = false;
   if (offload_) {
     scaler_.run_on_optimizer([] {});
     offload_->exchange(nullptr, &model_);

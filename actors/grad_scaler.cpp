@@ -132,7 +132,7 @@ bool GradScaler::is_enabled() const {
   return impl_->opts().enabled();
 }
 
-StateDict GradScaler::state_dict() {
+StateDict GradScaler::state_dict() const {
   Impl& m = *impl_;
   m.require_main("state_dict");
   if (!m.opts().enabled()) return {};

@@ -71,6 +71,8 @@ const char* to_string(errc code) {
       return "bad_option";
     case errc::bad_parameters:
       return "bad_parameters";
+    case errc::bad_checkpoint:
+      return "bad_checkpoint";
   }
   return "unknown";
 }

@@ -125,7 +125,7 @@ struct has_k : std::false_type {};
 template <class T>
 struct has_k<T, std::void_t<decltype(T::k)>> : std::true_type {};
 
-constexpr int errc_last = static_cast<int>(errc::bad_parameters);
+constexpr int errc_last = static_cast<int>(errc::bad_checkpoint);
 
 inline const char* policy_name(ScalePolicy p) {
   return p == ScalePolicy::lagged ? "lagged" : "exact";

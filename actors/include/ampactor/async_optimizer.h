@@ -29,6 +29,10 @@ class scoped_actor;
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
 
 namespace ampactor {
 
@@ -101,6 +105,19 @@ class AsyncOptimizer {
 
   int staleness() const { return options_.staleness(); }
 
+  /// Waits for the steps in flight (a job's error is thrown here, as by the scaler's sync()),
+  /// then writes the masters, the spare weights (swap_weights) and whether the model's weights
+  /// are one step behind the masters (staleness 1). The model's weights stay as they are, so a
+  /// checkpoint changes nothing in the run; save the model, the optimizer and the scaler beside
+  /// it, after this call (the optimizer then holds still until the next step()).
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// What save() wrote: the masters (and spare weights) are replaced, so the next step()
+  /// continues the saved run, given the model, optimizer and scaler saved beside it. Another
+  /// number of parameters, a shape or the masters' dtype: ScalerError(errc::bad_checkpoint),
+  /// nothing changed. The spare weights or staleness may differ from the saved pipeline's (a
+  /// staleness-0 pipeline brings the model's weights up to date at once).
+  void load(torch::serialize::InputArchive& archive);
+
  private:
   /// Throws unless every parameter of opt is one of the masters.
   void check_optimizer(const torch::optim::Optimizer& opt) const;
@@ -130,7 +147,8 @@ class AsyncOptimizer {
   AsyncOptimizerOptions options_;
   // defer_grad_move + swap_weights: the mailbox where each job says the spare is filled.
   std::unique_ptr<caf::scoped_actor> waiter_;
-  bool spare_pending_ = false;                      // a job's word is still to come
+  bool spare_pending_ = false;  // a job's word is still to come
+  bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
   std::unique_ptr<internal::HostOffload> offload_;  // master_device CPU, the model elsewhere
 };
 

@@ -33,6 +33,10 @@ class actor_system;
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
 
 namespace ampactor {
 
@@ -111,8 +115,15 @@ class GradScaler {
   void set_growth_interval(std::int64_t v);
   bool is_enabled() const;
   /// A consistent snapshot: every update sent before it is applied first.
-  StateDict state_dict();
+  StateDict state_dict() const;
   void load_state_dict(const StateDict& sd);
+  /// state_dict() into `archive` (torch::save(scaler, f) with <ampactor/checkpoint.h>). Steps in
+  /// flight are not waited for, but the snapshot holds every update() made before the call, so a
+  /// checkpoint written at the same point of the loop always holds the same scale.
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// What save() (or LocalGradScaler::save) wrote, checked as load_state_dict: on an error
+  /// nothing changes.
+  void load(torch::serialize::InputArchive& archive);
 
   // ---- ampactor ----
   /// Queues `fn` as a step job of the current iteration on the optimizer thread and returns at

@@ -66,6 +66,9 @@ enum class errc : std::uint8_t {
   /// point, or spread over devices when offloading), or an optimizer over anything but its
   /// masters.
   bad_parameters,
+  /// A checkpoint that cannot be written, or read back: missing, truncated, corrupt, or holding
+  /// state that does not fit what it is loaded into (other parameters, shapes or options).
+  bad_checkpoint,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".

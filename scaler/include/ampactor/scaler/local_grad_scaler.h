@@ -15,6 +15,11 @@
 #include <ampactor/scaler/state_dict.h>
 #include <ampactor/scaler/step_tracker.h>
 
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
+
 namespace ampactor {
 
 /// outputs * scale, the way torch's scale() computes it (a 0-dim float tensor on the outputs'
@@ -73,6 +78,11 @@ class LocalGradScaler {
   StateDict state_dict() const;
   /// Disabled: does nothing. Empty dict: torch's error. Otherwise checked, then loaded.
   void load_state_dict(const StateDict& sd);
+  /// state_dict() into `archive`, as torch::optim::Optimizer::save does (torch::save(scaler, f)
+  /// with <ampactor/scaler/checkpoint.h>).
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// What save() wrote, checked as load_state_dict: on an error nothing changes.
+  void load(torch::serialize::InputArchive& archive);
 
   /// ampactor extensions: where an optimizer is in the stage machine, and whether its unscale in
   /// this iteration found inf/NaN (nullopt before unscale_/step). No sync needed on the CPU.

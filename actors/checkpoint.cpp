@@ -1,0 +1,140 @@
+// Checkpoints of GradScaler and AsyncOptimizer: the one file of the actor library that includes
+// LibTorch's serialization headers.
+#include <ampactor/actors/internal/host_offload.h>
+#include <ampactor/async_optimizer.h>
+#include <ampactor/checkpoint.h>
+#include <ampactor/grad_scaler.h>
+
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/api/include/torch/serialize/input-archive.h>
+#include <torch/csrc/api/include/torch/serialize/output-archive.h>
+
+#include <c10/util/StringUtil.h>
+
+#include <string>
+#include <vector>
+
+namespace ampactor {
+
+void GradScaler::save(torch::serialize::OutputArchive& archive) const {
+  write_state_dict(state_dict(), archive);
+}
+
+void GradScaler::load(torch::serialize::InputArchive& archive) {
+  load_state_dict(read_state_dict(archive));
+}
+
+namespace {
+
+constexpr std::int64_t format_version = 1;
+
+[[noreturn]] void refuse(const std::string& why) {
+  throw ScalerError(errc::bad_checkpoint, "AsyncOptimizer checkpoint: " + why);
+}
+
+void write_list(torch::serialize::OutputArchive& archive, const char* key,
+                const std::vector<at::Tensor>& ts) {
+  torch::serialize::OutputArchive list(archive.compilation_unit());
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    list.write(std::to_string(i), ts[i].detach(), /*is_buffer=*/true);
+  archive.write(key, list);
+}
+
+/// The list `key` of `archive`, checked against `like` (count, shapes, dtypes) before anything
+/// is changed. Empty if the archive has no such list and `required` is false.
+std::vector<at::Tensor> read_list(torch::serialize::InputArchive& archive, const char* key,
+                                  const std::vector<at::Tensor>& like, bool required) {
+  torch::serialize::InputArchive list;
+  if (!archive.try_read(key, list)) {
+    if (required) refuse(std::string("no '") + key + "' entry");
+    return {};
+  }
+  std::vector<at::Tensor> out(like.size());
+  for (std::size_t i = 0; i < like.size(); ++i) {
+    if (!list.try_read(std::to_string(i), out[i], /*is_buffer=*/true))
+      refuse(std::string(key) + " holds fewer than the " + std::to_string(like.size()) +
+             " parameters of this pipeline (no tensor " + std::to_string(i) + ")");
+    if (out[i].sizes() != like[i].sizes() || out[i].scalar_type() != like[i].scalar_type())
+      refuse(std::string(key) + " " + std::to_string(i) + " is " +
+             c10::toString(out[i].scalar_type()) + c10::str(out[i].sizes()) +
+             ", this pipeline's is " + c10::toString(like[i].scalar_type()) +
+             c10::str(like[i].sizes()));
+  }
+  at::Tensor extra;
+  if (list.try_read(std::to_string(like.size()), extra, /*is_buffer=*/true))
+    refuse(std::string(key) + " holds more than the " + std::to_string(like.size()) +
+           " parameters of this pipeline");
+  return out;
+}
+
+}  // namespace
+
+void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  scaler_.run_on_optimizer([] {});  // every step in flight has run: the masters hold still
+  archive.write("format", c10::IValue(format_version));
+  archive.write("staleness", c10::IValue(std::int64_t(options_.staleness())));
+  archive.write("weights_behind", c10::IValue(behind_));
+  write_list(archive, "masters", masters_);
+  if (!spare_.empty()) write_list(archive, "spare", spare_);
+}
+
+void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
+  c10::IValue format, behind;
+  if (!archive.try_read("format", format) || !format.isInt())
+    refuse("not a checkpoint written by AsyncOptimizer::save (no 'format' entry)");
+  if (format.toInt() != format_version)
+    refuse("format " + std::to_string(format.toInt()) + ", this version reads " +
+           std::to_string(format_version));
+  if (!archive.try_read("weights_behind", behind) || !behind.isBool())
+    refuse("no 'weights_behind' entry");
+  // Everything is read and checked before anything changes.
+  const std::vector<at::Tensor> masters = read_list(archive, "masters", masters_, true);
+  std::vector<at::Tensor> spare;
+  if (!spare_.empty()) spare = read_list(archive, "spare", spare_, false);
+  const bool weights_behind = behind.toBool();
+  scaler_.run_on_optimizer([&] {
+    at::AutoGradMode no_grad(false);
+    for (std::size_t i = 0; i < masters_.size(); ++i)
+      masters_[i].detach().copy_(masters[i]);
+    if (!spare_.empty()) {
+      // A checkpoint without spare weights: the masters' cast, which is what the spare holds.
+      if (spare.empty())
+        copy_to_spare();
+      else
+        for (std::size_t i = 0; i < spare_.size(); ++i)
+          spare_[i].copy_(spare[i]);
+    }
+    if (!weights_behind) return;
+    if (options_.staleness() == 0)
+      copy_to_model();  // a synchronous pipeline's model always holds the newest weights
+    else if (offload_)
+      offload_->stage_weights(masters_);  // the next step() brings them to the model
+  });
+  behind_ = weights_behind && options_.staleness() == 1;
+}
+
+torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
+                                            const GradScaler& scaler) {
+  scaler.save(archive);
+  return archive;
+}
+
+torch::serialize::InputArchive& operator>>(torch::serialize::InputArchive& archive,
+                                           GradScaler& scaler) {
+  scaler.load(archive);
+  return archive;
+}
+
+torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
+                                            const AsyncOptimizer& pipeline) {
+  pipeline.save(archive);
+  return archive;
+}
+
+torch::serialize::InputArchive& operator>>(torch::serialize::InputArchive& archive,
+                                           AsyncOptimizer& pipeline) {
+  pipeline.load(archive);
+  return archive;
+}
+
+}  // namespace ampactor
