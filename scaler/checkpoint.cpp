@@ -4,9 +4,11 @@
 
 #include "zip_check.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/api/include/torch/serialize/input-archive.h>
 #include <torch/csrc/api/include/torch/serialize/output-archive.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -35,11 +37,11 @@ std::string first_line(const std::string& what) {
 }
 
 /// A file beside `path`, written in full and flushed to the disk, then renamed over `path`; the
-/// directory is flushed too, so the rename itself survives a power cut.
+/// directory is flushed too, so the rename itself survives a power cut. One fixed name, so a
+/// writer killed mid-write leaves at most one stale file, which the next write replaces.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path)
-      : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) io_error("cannot create checkpoint file", tmp_);
   }
@@ -201,9 +203,22 @@ void write_torch_state_dict(const StateDict& sd, const std::string& path) {
     else
       dict.insert(key, std::get<std::int64_t>(v));
   }
-  const std::vector<char> bytes = torch::jit::pickle_save(dict);
+  // LibTorch's pickle_save tags the dict with its TorchScript type, a global that torch.load's
+  // default weights_only mode refuses: pickle it untagged, a plain dict of floats and ints.
+  std::vector<char> pickled;
+  torch::jit::Pickler pickler(
+      [&](const char* p, std::size_t n) { pickled.insert(pickled.end(), p, p + n); }, nullptr,
+      nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(dict);
+  pickler.stop();
   AtomicFile file(path);
-  file.write(bytes.data(), bytes.size());
+  {
+    caffe2::serialize::PyTorchStreamWriter zip(
+        [&](const void* p, std::size_t n) { return file.write(p, n); });
+    zip.writeRecord("data.pkl", pickled.data(), pickled.size());
+    zip.writeRecord("byteorder", "little", 6);
+  }  // the zip's directory is written here
   file.commit();
 }
 

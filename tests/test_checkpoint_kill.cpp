@@ -1,0 +1,169 @@
+// Processes killed with SIGKILL: the checkpoint at the path is always the old one or the new one,
+// whole; and examples/checkpoint_resume, killed at random points and resumed from its last
+// complete checkpoint, ends exactly where a run never killed ends.
+#include "doctest_torch.h"
+
+#include <ampactor/scaler/checkpoint.h>
+
+#include <torch/serialize.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "checkpoint_fixture.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ampactor::test::TempDir;
+
+/// A child running `argv` with its output in `out`.
+class Child {
+ public:
+  Child(std::vector<std::string> argv, const std::string& out) {
+    std::vector<char*> args;
+    for (std::string& a : argv)
+      args.push_back(a.data());
+    args.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    const int rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    REQUIRE_MESSAGE(rc == 0, "cannot start " << argv[0]);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL), ::waitpid(pid_, nullptr, 0);
+  }
+  /// Waits up to `limit`; the exit status, or -1 if it is still running (then killed).
+  int wait(std::chrono::milliseconds limit) {
+    const auto end = Clock::now() + limit;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > end) return -1;  // the destructor kills it
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  /// SIGKILL now; true if it was still running.
+  bool kill() {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != 0) return pid_ = -1, false;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    return true;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+std::string text_of(const std::string& path) {
+  const std::vector<char> b = ampactor::test::read_bytes(path);
+  return {b.begin(), b.end()};
+}
+
+std::string final_line(const std::string& out) {
+  const auto at = out.find("final:");
+  return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "save_atomically: a writer killed at any moment leaves the old checkpoint or the new "
+    "one, whole") {
+  TempDir dir;
+  const std::string path = dir / "ckpt.pt";
+  std::mt19937 rng(7);
+  int checked = 0, mid_write = 0;
+  for (int round = 0; round < 8; ++round) {
+    Child writer({AMPACTOR_CHECKPOINT_WRITER, path}, dir / "writer.log");
+    // Once a first checkpoint exists, the writer spends its time writing the next ones.
+    const auto limit = Clock::now() + std::chrono::seconds(60);
+    struct stat st;
+    while (::stat(path.c_str(), &st) != 0 && Clock::now() < limit)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
+    REQUIRE_MESSAGE(writer.kill(), text_of(dir / "writer.log"));
+    mid_write += ::stat((path + ".tmp").c_str(), &st) == 0;
+    torch::serialize::InputArchive a;
+    ampactor::load_checkpoint(a, path);  // never a half-written file
+    c10::IValue version;
+    torch::Tensor data;
+    a.read("version", version);
+    a.read("data", data);
+    CHECK(version.toInt() >= 1);
+    CHECK(data.numel() == 2 << 20);
+    CHECK(torch::all(data == double(version.toInt())).item<bool>());
+    ++checked;
+  }
+  CHECK(checked == 8);
+  CHECK(mid_write >= 1);  // some kills did land inside a write
+  // A killed writer leaves at most its one temporary file, which the next write replaces.
+  CHECK(ampactor::test::list_dir(dir).size() <= 3);  // ckpt.pt, ckpt.pt.tmp, writer.log
+}
+
+TEST_CASE("checkpoint_resume killed with SIGKILL at random points resumes bit for bit") {
+  struct Mode {
+    std::vector<std::string> args;
+  };
+  const Mode modes[] = {
+      {{"--optimizer", "sgd", "--staleness", "0"}},
+      {{"--optimizer", "sgd", "--staleness", "1"}},
+      {{"--optimizer", "sgd", "--staleness", "1", "--swap-defer"}},
+      {{"--optimizer", "adam", "--staleness", "0"}},
+      {{"--optimizer", "adam", "--staleness", "1"}},
+      {{"--optimizer", "adam", "--staleness", "1", "--swap-defer"}},
+  };
+  std::mt19937 rng(2026);
+  int resumes = 0;
+  for (const Mode& mode : modes) {
+    std::string name;
+    for (const std::string& a : mode.args)
+      name += a + " ";
+    CAPTURE(name);
+    TempDir dir;
+    auto argv = [&](const std::string& ckpt) {
+      std::vector<std::string> v = {
+          AMPACTOR_CHECKPOINT_EXAMPLE, "--steps", "240", "--every", "10", "--dir", ckpt};
+      v.insert(v.end(), mode.args.begin(), mode.args.end());
+      return v;
+    };
+    const auto t0 = Clock::now();
+    Child ref(argv(dir / "ref"), dir / "ref.log");
+    REQUIRE(ref.wait(std::chrono::seconds(120)) == 0);
+    const auto run_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    const std::string want = final_line(text_of(dir / "ref.log"));
+    REQUIRE(!want.empty());
+    // Three kills at random times within a run's length, then a run to the end.
+    int kills = 0;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      Child victim(argv(dir / "run"), dir / "run.log");
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % (run_ms.count() + 1)));
+      kills += victim.kill();
+      resumes += text_of(dir / "run.log").find("resumed from") != std::string::npos;
+    }
+    Child last(argv(dir / "run"), dir / "run.log");
+    REQUIRE(last.wait(std::chrono::seconds(120)) == 0);
+    const std::string out = text_of(dir / "run.log");
+    resumes += out.find("resumed from") != std::string::npos;
+    MESSAGE(name << ": " << kills << " kill(s); last run: " << out.substr(0, out.find('\n')));
+    CHECK(final_line(out) == want);
+  }
+  CHECK(resumes >= 3);  // the kills did land after checkpoints, so resumes were exercised
+}
