@@ -15,6 +15,11 @@ cmake -S "$src/examples" -B "$work/find" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$work/find" -j 2 >"$work/find-build.log"
 "$work/find/local_scaler"
 "$work/find/caf_service"
+"$work/find/checkpoint_resume" --steps 60 --every 20 --dir "$work/ckpt" >"$work/ckpt-1.log"
+tail -1 "$work/ckpt-1.log"
+# A second run finds the finished run's checkpoint and resumes from it.
+"$work/find/checkpoint_resume" --steps 80 --every 20 --dir "$work/ckpt" >"$work/ckpt-2.log"
+grep "at step 60" "$work/ckpt-2.log"
 
 echo "== add_subdirectory(ampactor)"
 cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
@@ -25,3 +30,5 @@ cmake --build "$work/sub" -j 2 >"$work/sub-build.log"
 test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
 "$work/sub/local_scaler"
 "$work/sub/caf_service"
+"$work/sub/checkpoint_resume" --steps 60 --every 20 --dir "$work/ckpt-sub" >"$work/ckpt-sub.log"
+tail -1 "$work/ckpt-sub.log"

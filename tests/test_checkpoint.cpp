@@ -172,7 +172,7 @@ TEST_CASE("The CRC check reads zip64 archives") {
   const std::vector<char> zip = ampactor::test::zip64_archive("a/data/0", "hello, world");
   CHECK(ampactor::test::zip_damage_of(zip).empty());
   std::vector<char> bad = zip;
-  bad[ampactor::test::zip64_data_offset("a/data/0") + 3] ^= 1;
+  bad.at(ampactor::test::zip64_data_offset("a/data/0") + 3) ^= 1;
   CHECK(ampactor::test::zip_damage_of(bad).find("does not match its checksum") !=
         std::string::npos);
 }
