@@ -15,6 +15,8 @@ cmake -S "$src/examples" -B "$work/find" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$work/find" -j 2 >"$work/find-build.log"
 "$work/find/local_scaler"
 "$work/find/caf_service"
+"$work/find/async_steps" "$work/run.jsonl"
+"$work/prefix/bin/ampactor-replay" "$work/run.jsonl"  # the installed replay reads its trace
 "$work/find/checkpoint_resume" --steps 60 --every 20 --dir "$work/ckpt" >"$work/ckpt-1.log"
 tail -1 "$work/ckpt-1.log"
 # A second run finds the finished run's checkpoint and resumes from it.
@@ -30,5 +32,6 @@ cmake --build "$work/sub" -j 2 >"$work/sub-build.log"
 test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
 "$work/sub/local_scaler"
 "$work/sub/caf_service"
+"$work/sub/async_steps" "$work/run-sub.jsonl"
 "$work/sub/checkpoint_resume" --steps 60 --every 20 --dir "$work/ckpt-sub" >"$work/ckpt-sub.log"
 tail -1 "$work/ckpt-sub.log"

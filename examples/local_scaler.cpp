@@ -11,7 +11,11 @@ int main() {
   torch::nn::Sequential model(torch::nn::Linear(16, 32), torch::nn::Tanh(),
                               torch::nn::Linear(32, 1));
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05));
-  ampactor::LocalGradScaler scaler(ampactor::GradScalerOptions().init_scale(1024));
+  // Named options, each a chainable setter (torch's positional order works too:
+  // LocalGradScaler(init_scale, growth_factor, backoff_factor, growth_interval, enabled)).
+  ampactor::LocalGradScaler scaler(
+      ampactor::GradScalerOptions().init_scale(1024).growth_interval(100));
+  const double g = scaler.options().growth_factor();  // 2: torch's default
 
   const at::Tensor x = torch::randn({256, 16}), y = x.sum(1, /*keepdim=*/true).sin();
   int skipped = 0;
@@ -28,7 +32,9 @@ int main() {
       std::cout << "step " << step << "  loss " << loss.item<float>() << "  scale "
                 << scaler.get_scale() << "\n";
   }
+  ampactor::StateDict sd = scaler.state_dict();  // torch's keys; load_state_dict takes it back
   std::cout << "ampactor " << AMPACTOR_VERSION_STRING << ": " << skipped
-            << " step(s) skipped, final scale " << scaler.get_scale() << "\n";
+            << " step(s) skipped, final scale " << sd.get_double("scale") << ", growth factor "
+            << g << "\n";
   return skipped == 1 ? 0 : 1;
 }

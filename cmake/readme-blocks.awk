@@ -1,0 +1,40 @@
+# Every ```cpp block of the README is an excerpt of a program in examples/, which package.examples
+# builds and runs: the block's lines appear in one example file, in the same order (indentation
+# aside). A line "// ..." stands for lines left out. Exit 1, naming the block's first line that no
+# example has at that point, otherwise.
+#   awk -v readme=README.md -f cmake/readme-blocks.awk examples/*.cpp README.md
+function trim(s) {
+  sub(/^[ \t]+/, "", s)
+  sub(/[ \t\r]+$/, "", s)
+  return s
+}
+function check(   f, i, j, ok, worst, worst_line) {
+  worst = 0
+  for (f = 1; f <= nfiles; ++f) {
+    j = 1
+    ok = 1
+    for (i = 1; i <= nblock; ++i) {
+      if (block[i] == "" || block[i] == "// ...") continue
+      while (j <= nlines[f] && lines[f, j] != block[i]) ++j
+      if (j > nlines[f]) { ok = 0; break }
+      ++j
+    }
+    if (ok) { ++matched; return }
+    if (i > worst) { worst = i; worst_line = block[i] " (closest: " names[f] ")" }
+  }
+  printf("%s:%d: this cpp block is no excerpt of examples/: no example has, at that point, the line\n    %s\n",
+         readme, start, worst_line)
+  ++failed
+}
+FILENAME != readme {
+  if (FNR == 1) names[++nfiles] = FILENAME
+  lines[nfiles, ++nlines[nfiles]] = trim($0)
+  next
+}
+inblock && trim($0) == "```" { inblock = 0; ++blocks; check(); next }
+inblock { block[++nblock] = trim($0); next }
+trim($0) == "```cpp" { inblock = 1; nblock = 0; start = FNR; next }
+END {
+  printf("%d cpp blocks, %d excerpts of examples/\n", blocks, matched)
+  exit failed > 0 || blocks == 0
+}

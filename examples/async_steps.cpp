@@ -1,0 +1,159 @@
+// The actor-backed GradScaler four ways: steps on the optimizer thread, asynchronous step jobs
+// (submit), the asynchronous pipeline over fp32 masters, a recorded trace; and, where a CUDA
+// device is, an fp16 model on the GPU with its masters and optimizer on the CPU.
+//
+//   async_steps [TRACE_PATH]    (default run.jsonl; replay it with ampactor-replay TRACE_PATH)
+#include <ampactor/async_optimizer.h>
+#include <ampactor/grad_scaler.h>
+#include <ampactor/trace/trace.h>  // link ampactor::trace
+#include <torch/torch.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Batch {
+  at::Tensor x, y;
+};
+
+std::vector<Batch> make_data() {
+  std::vector<Batch> data;
+  for (int i = 0; i < 40; ++i) {
+    at::Tensor x = torch::randn({64, 16});
+    data.push_back({x, torch::tanh(0.25 * x.sum(1, /*keepdim=*/true))});
+  }
+  return data;
+}
+
+torch::nn::Sequential make_model() {
+  return torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::Tanh(),
+                               torch::nn::Linear(32, 1));
+}
+
+at::Tensor loss_fn(const at::Tensor& out, const at::Tensor& y) {
+  return torch::mse_loss(out.to(at::kFloat), y);
+}
+
+double eval(torch::nn::Sequential& model, const std::vector<Batch>& data) {
+  torch::NoGradGuard no_grad;
+  return loss_fn(model->forward(data[0].x.to(model->parameters()[0].options())),
+                 data[0].y.to(model->parameters()[0].device()))
+      .item<double>();
+}
+
+/// scaler.step() queued on the optimizer thread and waited for.
+double steps_on_the_optimizer_thread(const std::vector<Batch>& data) {
+  auto model = make_model();
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+  ampactor::GradScaler scaler;  // owns a small actor system; or GradScaler(sys, opts, policy)
+  for (auto& batch : data) {
+    optimizer.zero_grad();
+    scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
+    scaler.step(optimizer);  // queued on the optimizer thread, waited for
+    scaler.update();         // never waits for the optimizer
+  }
+  return eval(model, data);
+}
+
+/// submit(): the step job runs with the scale its gradients were made with.
+double asynchronous_step_jobs(const std::vector<Batch>& data) {
+  auto model = make_model();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  ampactor::GradScaler scaler;
+  for (auto& batch : data) {
+    opt.zero_grad();
+    scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
+    scaler.submit([&] {
+      scaler.unscale_(opt);  // true-sized grads, then clip
+      torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+      scaler.step(opt);
+    });
+    scaler.update();
+    scaler.sync();  // fn wrote the model's weights: the next forward must wait for it
+  }
+  return eval(model, data);
+}
+
+/// AsyncOptimizer: the optimizer steps fp32 masters while the next forward/backward runs.
+double the_pipeline(const std::vector<Batch>& data) {
+  auto model = make_model();
+  ampactor::GradScaler scaler;
+  const auto o = ampactor::AsyncOptimizerOptions()
+                     .optimizer_threads(1)    // when the trainer uses the other cores
+                     .swap_weights(true)      // with defer_grad_move, step() waits only for
+                     .defer_grad_move(true);  // the last step and a swap
+  ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
+  torch::optim::AdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2));
+  for (auto& batch : data) {
+    model->zero_grad();
+    scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });
+    scaler.update();
+  }
+  pipe.sync();
+  return eval(model, data);
+}
+
+/// Every message to and from the scale keeper, recorded for ampactor-replay.
+double a_recorded_run(const std::vector<Batch>& data, const std::string& path) {
+  auto model = make_model();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  {
+    ampactor::GradScaler scaler(ampactor::GradScalerOptions(), ampactor::ScalePolicy::exact,
+                                ampactor::record_trace(path));
+    for (auto& batch : data) {
+      opt.zero_grad();
+      scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
+      scaler.step(opt);
+      scaler.update();
+    }
+  }  // the file is complete once the scaler is destroyed
+  return eval(model, data);
+}
+
+/// RoundPipe's setting: an fp16 model on the GPU, fp32 masters and Adam on the CPU.
+void the_model_on_the_gpu(const std::vector<Batch>& data) {
+  if (!torch::cuda::is_available()) {
+    std::cout << "GPU offload: no CUDA device here, skipped\n";
+    return;
+  }
+  auto model = make_model();
+  model->to(at::kCUDA, at::kHalf);
+  ampactor::GradScaler scaler;
+  ampactor::AsyncOptimizer pipe(model->parameters(), scaler,
+                                ampactor::AsyncOptimizerOptions().master_device(at::kCPU));
+  torch::optim::Adam opt(pipe.optim_parameters(), torch::optim::AdamOptions(1e-3));  // on the CPU
+  for (auto& batch : data) {
+    model->zero_grad();
+    at::Tensor x = batch.x.to(at::kCUDA, at::kHalf), y = batch.y.to(at::kCUDA);
+    scaler.scale(loss_fn(model->forward(x), y)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });
+    scaler.update();
+  }
+  pipe.sync();
+  std::cout << "GPU offload: eval loss " << eval(model, data) << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::string trace = argc > 1 ? argv[1] : "run.jsonl";
+  torch::manual_seed(0);
+  const std::vector<Batch> data = make_data();
+  auto fresh = make_model();
+  const double untrained = eval(fresh, data);
+  const double losses[] = {steps_on_the_optimizer_thread(data), asynchronous_step_jobs(data),
+                           the_pipeline(data), a_recorded_run(data, trace)};
+  std::cout << "eval loss: untrained " << untrained << ", steps " << losses[0] << ", submit "
+            << losses[1] << ", pipeline " << losses[2] << ", recorded " << losses[3]
+            << "\nreplay the trace with: ampactor-replay " << trace << "\n";
+  the_model_on_the_gpu(data);
+  for (double l : losses)
+    if (!(l < untrained)) return 1;  // each way trained
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "async_steps: " << e.what() << "\n";
+  return 1;
+}
