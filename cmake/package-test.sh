@@ -23,6 +23,15 @@ tail -1 "$work/ckpt-1.log"
 "$work/find/checkpoint_resume" --steps 80 --every 20 --dir "$work/ckpt" >"$work/ckpt-2.log"
 grep "at step 60" "$work/ckpt-2.log"
 
+echo "== the link line without CMake (README)"
+PREFIX="$work/prefix"
+g++ -std=c++17 -O1 "$src/examples/async_steps.cpp" -o "$work/async_steps-bare" \
+  -I$PREFIX/include -I/usr/include/torch/csrc/api/include \
+  -L$PREFIX/lib -lampactor_trace -lampactor_actors -lampactor_keeper -lampactor_messages \
+  -lampactor_protocol -lampactor_scaler -lampactor_kernels -lampactor_core \
+  -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
+"$work/async_steps-bare" "$work/run-bare.jsonl"
+
 echo "== add_subdirectory(ampactor)"
 cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
   -DCMAKE_PREFIX_PATH="$prefix_path" >"$work/sub-configure.log"

@@ -139,6 +139,9 @@ int main(int argc, char** argv) try {
     if (step % 50 == 0) std::cout << "step " << step << "  loss " << loss.item<float>() << "\n";
   }
   pipe.sync();
+  torch::save(scaler, dir + "/scaler.pt");  // the scaler alone, as torch::save(optimizer, f)
+  // For Python: scaler.load_state_dict(torch.load(f)) on a torch.amp.GradScaler.
+  ampactor::write_torch_state_dict(scaler.state_dict(), dir + "/scaler_state_dict.pt");
   auto [x, y] = batch(steps);
   std::printf("final: eval loss %.6f  scale %g  tracker %lld  weights %016llx  masters %016llx\n",
               torch::mse_loss(model->forward(x), y).item<float>(), scaler.get_scale(),
