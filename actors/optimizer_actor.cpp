@@ -80,6 +80,9 @@ bool JobContext::unscale_(torch::optim::Optimizer& opt) {
                           "unscale_().");
   refuse_late_unscale(opt);
   const bool found = tracker_.unscale_(opt, inverse(scale_));
+  // An optimizer without gradients records no inf check (as in torch): nothing to report, so an
+  // update() with nothing else raises "No inf checks were recorded prior to update."
+  if (!tracker_.has_inf_checks(opt)) return found;
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found);
   return found;

@@ -149,6 +149,11 @@ std::optional<bool> StepTracker::found_inf(const torch::optim::Optimizer& opt) c
   return it->second.any_found_inf();
 }
 
+bool StepTracker::has_inf_checks(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  return it != records_.end() && !it->second.found_inf_per_device.empty();
+}
+
 std::size_t StepTracker::recorded() const {
   std::size_t n = 0;
   for (const auto& [opt, rec] : records_)

@@ -62,6 +62,9 @@ class StepTracker {
   OptState stage(const torch::optim::Optimizer& opt) const;
   /// nullopt before unscale_/step in this iteration.
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
+  /// Whether unscale_ recorded inf checks for `opt` (false when it had no gradients: torch then
+  /// records none, and update() with nothing else raises "No inf checks ... prior to update").
+  bool has_inf_checks(const torch::optim::Optimizer& opt) const;
   /// Optimizers whose inf checks are recorded, and whether any of them found inf/NaN.
   std::size_t recorded() const;
   bool any_found_inf() const;
