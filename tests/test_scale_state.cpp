@@ -112,9 +112,11 @@ TEST_CASE("set_scale sets the scale (rounded to float) and leaves the tracker") 
   CHECK(s.growth_tracker() == 2);
 }
 
-TEST_CASE("options are checked with torch's texts") {
+TEST_CASE("an enabled scaler's options are checked when it is built") {
   auto bad = [](GradScalerOptions o) { return code_of([&] { o.validate(); }); };
   // Values the setters take (NaN, inf, an interval past int32 are refused there: test_options).
+  // torch checks growth > 1 and backoff < 1 (with these texts); backoff <= 0, interval < 1 and
+  // init_scale <= 0 are ampactor's own refusals (README: the deliberate differences).
   CHECK(bad(opts(1, 1.0, 0.5, 1)) == errc::bad_growth_factor);
   CHECK(bad(opts(1, -2.0, 0.5, 1)) == errc::bad_growth_factor);
   CHECK(bad(opts(1, 2.0, 1.0, 1)) == errc::bad_backoff_factor);
@@ -123,7 +125,7 @@ TEST_CASE("options are checked with torch's texts") {
   CHECK(bad(opts(1, 2.0, 0.5, -5)) == errc::bad_growth_interval);
   CHECK(bad(opts(-1, 2.0, 0.5, 1)) == errc::bad_init_scale);
   CHECK(bad(opts(1, 2.0, 0.5, 1)) == errc{});
-  // torch checks the factors only when enabled
+  // none of it for a disabled scaler, as torch
   CHECK(bad(opts(1, 0.5, 2.0, 0).enabled(false)) == errc{});
   CHECK(bad(opts(-1, 1.0, -0.5, -7).enabled(false)) == errc{});
   CHECK_THROWS_WITH_AS(opts(1, 0.9, 0.5, 1).validate(),

@@ -8,7 +8,8 @@
 // - step()/unscale_() on the main thread are queued on the optimizer actor and waited for; inside
 //   a step job (submit) they run directly on the optimizer thread, with the scale the job's
 //   gradients were made with. get_scale() follows the same rule.
-// - update() from any other thread, the optimizer thread included, raises torch's text.
+// - update() from any other thread, the optimizer thread included, raises
+//   errc::update_off_main_thread.
 #pragma once
 
 #include <ATen/core/Tensor.h>

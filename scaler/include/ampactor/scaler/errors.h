@@ -88,7 +88,7 @@ class ScalerError : public std::runtime_error {
   errc code_;
 };
 
-/// torch's texts.
+/// torch's texts, but for the last two.
 namespace texts {
 inline constexpr const char* unscale_twice =
     "unscale_() has already been called on this optimizer since the last update().";
@@ -113,6 +113,7 @@ inline constexpr const char* growth_factor = "The growth factor must be > 1.0.";
 inline constexpr const char* float_overflow =
     "value cannot be converted to type float without overflow";
 inline constexpr const char* backoff_factor = "The backoff factor must be < 1.0.";
+// ampactor's own (torch has no thread rule and no step jobs), in torch's style.
 inline constexpr const char* update_off_main_thread =
     "GradScaler.update() must be called from the main thread.";
 inline constexpr const char* cancelled = "The step job was cancelled before it started.";

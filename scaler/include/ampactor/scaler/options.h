@@ -12,9 +12,10 @@ namespace ampactor {
 /// Each setter refuses, with ScalerError and no change, only a value that no scaler could use:
 /// a factor that is NaN or infinite (bad_growth_factor, bad_backoff_factor), a growth_interval
 /// outside int32 (bad_growth_interval), an init_scale that is NaN or becomes inf or 0 as the float
-/// scale (bad_init_scale). torch checks the rest (growth_factor > 1, 0 < backoff_factor < 1,
-/// growth_interval >= 1, init_scale > 0) only for an enabled scaler, so a disabled one accepts any
-/// factors: validate() does those checks, with torch's texts, and the scalers call it.
+/// scale (bad_init_scale). The rest (growth_factor > 1, 0 < backoff_factor < 1,
+/// growth_interval >= 1, init_scale > 0) is checked only for an enabled scaler, so a disabled one
+/// accepts any factors: validate() does those checks and the scalers call it (torch checks
+/// growth_factor > 1 and backoff_factor < 1, with the texts used here; the others are ampactor's).
 class GradScalerOptions {
   AMPACTOR_ARG(double, init_scale, 65536.0);  // 2^16
   AMPACTOR_ARG(double, growth_factor, 2.0);
