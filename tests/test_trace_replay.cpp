@@ -44,6 +44,17 @@ TEST_CASE("replay finds the first divergence: a changed reply, a missing event, 
   }
 }
 
+TEST_CASE("a number beyond double's range is a bad trace at its line, not an abort") {
+  // tests/traces/bad/number_overflow.jsonl: a ScaleReply with scale 1e309 on line 4.
+  try {
+    read_trace((golden("bad") / "number_overflow.jsonl").string());
+    FAIL("read");
+  } catch (const TraceError& e) {
+    CHECK(e.line() == 4);
+    CHECK(std::string(e.what()).find("number overflow") != std::string::npos);
+  }
+}
+
 TEST_CASE("bad traces: a clear error with the line number") {
   const std::vector<std::string> good = lines_of(slurp(golden("two_optimizers_lagged.jsonl")));
   REQUIRE(good.size() > 10);

@@ -302,7 +302,7 @@ Trace parse_trace(std::istream& in, const std::string& source) {
     json j;
     try {
       j = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e309
       throw TraceError(source, line,
                        "not valid JSON (truncated or corrupt line): " + std::string(e.what()));
     }
@@ -316,6 +316,8 @@ Trace parse_trace(std::istream& in, const std::string& source) {
       }
     } catch (const Bad& b) {
       throw TraceError(source, line, b.what());
+    } catch (const json::exception& e) {  // a value of a type the reader did not expect
+      throw TraceError(source, line, e.what());
     }
   }
   if (in.bad()) throw TraceError(source, line, "read error");
