@@ -78,6 +78,10 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePo
 GradScaler::Impl::~Impl() {
   try {
     flush_close();
+    // The open iteration is closed too (without an update), so a job of it that failed is
+    // reported below like any other.
+    caf::anon_send(setup.actors.optimizer, CloseIteration{main.k, false});
+    ++main.k;
     wait_for_optimizer();
     drain();
   } catch (const std::exception& e) {

@@ -2,6 +2,9 @@
 // caller's actor system and a user's own trainer.
 #include "grad_scaler_fixture.h"
 
+#include <iostream>
+#include <sstream>
+
 TEST_CASE("destruction drains queued jobs, cancel() drops those not started") {
   std::atomic<int> ran{0};
   {
@@ -221,4 +224,19 @@ TEST_CASE("a user's event-based trainer reproduces the facade's results exactly"
     for (std::size_t i = 0; i < facade.params.size(); ++i)
       CHECK(mine.params[i].equal(facade.params[i]));
   }
+}
+
+TEST_CASE("a job that fails in the last, still open iteration is written to stderr at "
+          "destruction") {
+  std::ostringstream err;
+  std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+  {
+    GradScaler scaler(opts(128, 2, 0.5, 1));
+    scaler.scale(at::ones({1}));
+    scaler.submit([] { throw std::runtime_error("the last job failed"); });
+    // no update(): the iteration is still open when the scaler goes
+  }
+  std::cerr.rdbuf(old);
+  CHECK(err.str().find("unreported step-job error (iteration 0): the last job failed") !=
+        std::string::npos);
 }
