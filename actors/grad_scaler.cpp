@@ -129,7 +129,7 @@ void GradScaler::set_growth_interval(std::int64_t v) {
 }
 
 bool GradScaler::is_enabled() const {
-  return impl_->opts().enabled();
+  return impl_->opts().enabled();  // fixed at construction: any thread may ask
 }
 
 StateDict GradScaler::state_dict() const {
@@ -184,6 +184,7 @@ void GradScaler::cancel() {
 }
 
 iteration_t GradScaler::iteration() const {
+  impl_->require_main("iteration");  // the main thread's own count: elsewhere it would race
   return impl_->main.k;
 }
 

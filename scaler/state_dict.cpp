@@ -3,8 +3,18 @@
 #include <ampactor/scaler/state_dict.h>
 
 #include <cmath>
+#include <sstream>
 
 namespace ampactor {
+
+namespace {
+std::string show_double(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+}  // namespace
 
 double StateDict::get_double(const std::string& key) const {
   auto it = items_.find(key);
@@ -41,11 +51,13 @@ void load_state_dict(ScaleState& state, const StateDict& sd) {
   const double backoff = sd.get_double("backoff_factor");
   const std::int64_t interval = sd.get_int("growth_interval");
   const std::int64_t tracker = sd.get_int("_growth_tracker");
-  // A live scale may have decayed towards 0, so only finiteness and sign are required here.
+  // A live scale may have decayed towards 0, so any positive float is taken; 0 (as a float) is
+  // a scaler that can never recover (every step skipped, every backoff 0 again), so it is refused.
   check_fits_float(scale, errc::bad_state_dict);  // torch's fill_ into the float scale refuses it
-  if (!std::isfinite(scale) || scale < 0)
-    throw ScalerError(errc::bad_state_dict,
-                      "state_dict['scale'] must be finite and >= 0, got " + std::to_string(scale));
+  if (!std::isfinite(scale) || !(static_cast<float>(scale) > 0.0f))
+    throw ScalerError(
+        errc::bad_state_dict,
+        "state_dict['scale'] must be finite and > 0 as a float, got " + show_double(scale));
   if (tracker < 0 || tracker > INT32_MAX)
     throw ScalerError(
         errc::bad_state_dict,

@@ -413,3 +413,29 @@ TEST_CASE("results: polled without waiting, awaited, and delivered to subscriber
   CHECK_FALSE(done[0].failed);
   unsubscribe(scaler.actors(), caf::actor_cast<trainer_actor>(subscriber));
 }
+
+TEST_CASE(
+    "iteration() is the main thread's: refused inside a step job and on another thread; "
+    "is_enabled() answers anywhere") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  scaler.scale(at::ones({1}));
+  auto code = [](auto&& f) {
+    try {
+      f();
+    } catch (const ScalerError& e) {
+      return e.code();
+    }
+    return errc{};
+  };
+  errc in_job{}, elsewhere{};
+  bool enabled_in_job = false;
+  scaler.run_on_optimizer([&] {
+    in_job = code([&] { scaler.iteration(); });
+    enabled_in_job = scaler.is_enabled();
+  });
+  std::thread([&] { elsewhere = code([&] { scaler.iteration(); }); }).join();
+  CHECK(in_job == errc::wrong_thread);
+  CHECK(elsewhere == errc::wrong_thread);
+  CHECK(enabled_in_job);
+  CHECK(scaler.iteration() == 0);
+}

@@ -388,3 +388,23 @@ TEST_CASE(
   s.update(std::numeric_limits<float>::max());  // float's largest scale is still one
   CHECK(s.get_scale() == double(std::numeric_limits<float>::max()));
 }
+
+TEST_CASE(
+    "load_state_dict refuses a scale of 0 as a float (a scaler that never recovers) and "
+    "changes nothing") {
+  LocalGradScaler s(256.0, 2.0, 0.5, 3);
+  const StateDict before = s.state_dict();
+  for (double bad : {0.0, 1e-50}) {  // 1e-50 is 0 as a float
+    CAPTURE(bad);
+    StateDict sd = before;
+    sd.set("scale", bad);
+    CHECK_THROWS_WITH_AS(s.load_state_dict(sd),
+                         doctest::Contains("state_dict['scale'] must be finite and > 0"),
+                         ScalerError);
+    CHECK(s.state_dict() == before);
+  }
+  StateDict tiny = before;
+  tiny.set("scale", 1e-40);  // a subnormal float: a scale that decayed, still positive
+  s.load_state_dict(tiny);
+  CHECK(s.get_scale() > 0.0);
+}

@@ -114,6 +114,7 @@ class GradScaler {
   void set_growth_factor(double v);
   void set_backoff_factor(double v);
   void set_growth_interval(std::int64_t v);
+  /// Any thread, inside step jobs too: fixed at construction.
   bool is_enabled() const;
   /// A consistent snapshot: every update sent before it is applied first.
   StateDict state_dict() const;
@@ -141,7 +142,7 @@ class GradScaler {
   /// Drops the queued jobs that have not started; their iterations' updates change nothing.
   /// Returns at once; sync() waits for the running one.
   void cancel();
-  /// The current iteration (update() closes it).
+  /// The current iteration (update() closes it). Main thread only (errc::wrong_thread).
   iteration_t iteration() const;
   /// The steps of a closed iteration, without waiting; nullopt while the optimizer is still on it.
   /// The last `result_history` iterations are kept.
