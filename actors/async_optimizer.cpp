@@ -3,6 +3,7 @@
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
 #include <ampactor/scaler/errors.h>
+#include "internal/grad_scaler_impl.h"
 
 #include <caf/atom.hpp>
 #include <caf/scoped_actor.hpp>
@@ -84,9 +85,11 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     master_impls_.insert(masters_.back().unsafeGetTensorImpl());
     if (options_.swap_weights()) spare_.push_back(p.detach().clone());
   }
-  if (options_.defer_grad_move() && options_.swap_weights())
+  if (options_.defer_grad_move() && options_.swap_weights()) {
     waiter_ = std::make_unique<caf::scoped_actor>(
         caf::actor_cast<caf::actor>(scaler_.actors().optimizer).home_system());
+    internal::release_thread_logger();
+  }
   if (const int n = options_.optimizer_threads(); n > 0)
     scaler_.run_on_optimizer([n] {
       // LibTorch sets each thread's team size lazily from a process-wide value on first use;

@@ -3,9 +3,11 @@
 #include <ampactor/messages/config.h>
 
 #include <caf/actor_system.hpp>
+#include <caf/logger.hpp>
 #include <caf/others.hpp>
 #include <caf/send.hpp>
 
+#include <cstdlib>
 #include <iostream>
 
 namespace ampactor {
@@ -23,6 +25,10 @@ class SystemHolder {
   SystemConfig cfg_;
   caf::actor_system sys_;
 };
+
+void release_thread_logger() {
+  caf::logger::set_current_actor_system(nullptr);
+}
 
 void ResultLog::store(IterationDone& d) {
   newest_ = std::max(newest_, d.k);
@@ -73,9 +79,16 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePo
   const auto me = caf::actor_cast<trainer_actor>(*self);
   caf::anon_send(setup.actors.optimizer, subscribe_atom::value, me, false);
   caf::anon_send(setup.actors.keeper, subscribe_atom::value, me);
+  internal::release_thread_logger();
 }
 
 GradScaler::Impl::~Impl() {
+  if (job()) {
+    // Its own optimizer thread would wait for itself: say so and stop, rather than hang.
+    std::cerr << "ampactor: a GradScaler was destroyed inside one of its own step jobs, where it "
+                 "would wait for itself for ever. Destroy it on the thread that made it.\n";
+    std::abort();
+  }
   try {
     flush_close();
     // The open iteration is closed too (without an update), so a job of it that failed is

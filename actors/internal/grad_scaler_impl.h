@@ -65,6 +65,13 @@ struct MainState {
 
 class SystemHolder;
 
+/// CAF 0.17 keeps, per thread, a reference to the logger of the last actor system built (or
+/// scoped actor made) on that thread, and an actor_system's destructor waits until every such
+/// reference is gone: a system destroyed on another thread than those would wait for ever.
+/// Called on the calling thread once its CAF objects are made, so a GradScaler (and its own
+/// system) may be destroyed on any thread.
+void release_thread_logger();
+
 }  // namespace ampactor::internal
 
 namespace ampactor {
