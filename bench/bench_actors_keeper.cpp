@@ -73,15 +73,18 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
   // (a) The keeper alone: each iteration records 3 events (2 inputs and UpdateApplied).
   BenchConfig cfg;
   caf::actor_system sys{cfg};
-  std::vector<double> off_us, on_us;
+  // on: crash-safe (a flush at every iteration's end, the default); buffered: flushed only when
+  // the 1 MiB buffer fills or a second passes (TraceFileOptions().flush_iterations(false)).
+  std::vector<double> off_us, on_us, buffered_us;
   std::uintmax_t bytes = 0;
   {
     caf::scoped_actor self{sys};
     for (int rep = 0; rep < reps; ++rep) {
-      for (bool on : {false, true}) {
+      for (int mode : {0, 1, 2}) {
+        const bool on = mode != 0;
         const fs::path file = dir / "blast.jsonl";
         std::shared_ptr<TraceRecorder> sink;
-        if (on) sink = record_trace(file.string());
+        if (on) sink = record_trace(file.string(), TraceFileOptions().flush_iterations(mode == 1));
         auto keeper = spawn_scale_keeper(sys, opts, ScalePolicy::exact, true, sink);
         const float scale = ask_scale(self, keeper, 0);
         const auto t0 = Clock::now();
@@ -105,21 +108,27 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
           bytes = fs::file_size(file);
           fs::remove(file);
         }
-        (on ? on_us : off_us).push_back(us);
+        (mode == 0 ? off_us : mode == 1 ? on_us : buffered_us).push_back(us);
       }
       std::cout << "  rep " << rep + 1 << ": keeper " << fixed(off_us.back(), 3)
-                << " us/iteration off, " << fixed(on_us.back(), 3) << " on\n";
+                << " us/iteration off, " << fixed(on_us.back(), 3) << " on, "
+                << fixed(buffered_us.back(), 3) << " on buffered\n";
     }
   }
-  const double keeper_off = median_of(off_us), keeper_on = median_of(on_us);
+  const double keeper_off = median_of(off_us), keeper_on = median_of(on_us),
+               keeper_buffered = median_of(buffered_us);
   std::cout << "  keeper median: " << fixed(keeper_off, 3) << " us/iteration off, "
             << fixed(keeper_on, 3) << " on (+" << fixed(keeper_on - keeper_off, 3) << " us, "
-            << fixed(double(bytes) / n, 0) << " bytes/iteration)\n";
+            << fixed(double(bytes) / n, 0) << " bytes/iteration), " << fixed(keeper_buffered, 3)
+            << " on buffered (+" << fixed(keeper_buffered - keeper_off, 3) << " us)\n";
   out["keeper"] = {{"iterations", n},
                    {"events_per_iteration", 3},
                    {"off_us_per_iteration", keeper_off},
                    {"on_us_per_iteration", keeper_on},
                    {"recording_us_per_iteration", keeper_on - keeper_off},
+                   {"buffered_us_per_iteration", keeper_buffered},
+                   {"buffered_recording_us_per_iteration", keeper_buffered - keeper_off},
+                   {"reps_buffered_us", buffered_us},
                    {"bytes_per_iteration", double(bytes) / n},
                    {"reps_off_us", off_us},
                    {"reps_on_us", on_us}};
@@ -130,6 +139,7 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
   const at::Tensor one = at::ones({1});
   const std::string step_trace = (dir / "step.jsonl").string();
   const std::string submit_trace = (dir / "submit.jsonl").string();
+  const std::string buffered_trace = (dir / "step-buffered.jsonl").string();
   struct Loop {
     std::string key;
     std::function<void(int)> run;
@@ -137,14 +147,18 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
   };
   {
     Tiny m_step_off(init, grads), m_step_on(init, grads), m_sub_off(init, grads),
-        m_sub_on(init, grads);
+        m_sub_on(init, grads), m_step_buf(init, grads);
     GradScaler step_off(opts), step_on(opts, ScalePolicy::exact, record_trace(step_trace));
+    GradScaler step_buf(opts, ScalePolicy::exact,
+                        record_trace(buffered_trace, TraceFileOptions().flush_iterations(false)));
     GradScaler sub_off(opts), sub_on(opts, ScalePolicy::exact, record_trace(submit_trace));
     NoMarks none;
     std::vector<Loop> loops;
     loops.push_back(
         {"step_off", [&](int k) { step_loop(step_off, m_step_off, one, k, none); }, {}});
     loops.push_back({"step_on", [&](int k) { step_loop(step_on, m_step_on, one, k, none); }, {}});
+    loops.push_back(
+        {"step_buffered", [&](int k) { step_loop(step_buf, m_step_buf, one, k, none); }, {}});
     loops.push_back(
         {"submit_off", [&](int k) { submit_loop(sub_off, m_sub_off, one, k, none); }, {}});
     loops.push_back({"submit_on", [&](int k) { submit_loop(sub_on, m_sub_on, one, k, none); }, {}});
@@ -169,6 +183,11 @@ json bench_trace(const GradScalerOptions& opts, int rounds, int iters, int settl
                 << fixed(on - off) << " us)\n";
       out[std::string(v) + "_recording_us_per_iteration"] = on - off;
     }
+    const double buf = out["step_buffered_us_per_iteration"];
+    const double off = out["step_off_us_per_iteration"];
+    std::cout << "  GradScaler step, trace buffered: " << fixed(buf) << " us/iteration ("
+              << (buf >= off ? "+" : "") << fixed(buf - off) << " us)\n";
+    out["step_buffered_recording_us_per_iteration"] = buf - off;
   }
   // The recorded run must replay bit for bit, or the figures measured a broken recorder.
   const auto t0 = Clock::now();

@@ -1,6 +1,8 @@
 // Traces: replay, what-if, ampactor-replay, and recording through the facade.
 #include "trace_fixture.h"
 
+#include <sstream>
+
 TEST_CASE("replay finds the first divergence: a changed reply, a missing event, an extra one") {
   const Trace t = read_trace(golden("overflow_exact.jsonl").string());
   SUBCASE("a reply with another scale") {
@@ -113,12 +115,12 @@ TEST_CASE("bad traces: a clear error with the line number") {
     }
   }
   SUBCASE("unsupported schema version") {
-    const TraceError e = read_error(with(0, "\"version\":2", "\"version\":3"));
+    const TraceError e = read_error(with(0, "\"version\":3", "\"version\":4"));
     CHECK(e.line() == 1);
-    CHECK(std::string(e.what()).find("unsupported trace schema version 3") != std::string::npos);
+    CHECK(std::string(e.what()).find("unsupported trace schema version 4") != std::string::npos);
   }
   SUBCASE("a version 2 message in a version 1 trace") {
-    const TraceError e = read_error(with(0, "\"version\":2", "\"version\":1"));
+    const TraceError e = read_error(with(0, "\"version\":3", "\"version\":1"));
     CHECK(e.line() > 1);
     CHECK(std::string(e.what()).find("UpdateScale") != std::string::npos);
   }
@@ -337,4 +339,49 @@ TEST_CASE("counted step jobs that fail short of their unscale record and replay 
 TEST_CASE("record_trace refuses a path it cannot create") {
   CHECK_THROWS_AS(record_trace((scratch() / "no-such-dir" / "t.jsonl").string()),
                   std::runtime_error);
+}
+
+TEST_CASE("the trailer: a complete trace has it, a cut one does not and says so") {
+  const std::vector<std::string> good = lines_of(slurp(golden("overflow_exact.jsonl")));
+  REQUIRE(good.back().find("\"end\":\"ampactor\"") != std::string::npos);
+  auto parse = [](const std::vector<std::string>& l, bool prefix = false) {
+    std::istringstream in(join(l));
+    return parse_trace(in, "t", prefix);
+  };
+  SUBCASE("whole: complete, identical") {
+    const Trace t = parse(good);
+    CHECK(t.complete);
+    CHECK(replay_trace(t).identical);
+  }
+  SUBCASE("cut at a line boundary: incomplete, identical as far as it goes") {
+    for (std::size_t keep : {std::size_t(2), good.size() / 2, good.size() - 1}) {
+      CAPTURE(keep);
+      const Trace t = parse({good.begin(), good.begin() + std::ptrdiff_t(keep)});
+      CHECK_FALSE(t.complete);
+      CHECK(t.events.size() == keep - 1);
+      CHECK(replay_trace(t).identical);
+    }
+  }
+  SUBCASE("a trailer that counts other events than the trace holds") {
+    auto l = good;
+    l.erase(l.end() - 2);  // the last event lost: the sequence numbers still run on
+    CHECK_THROWS_WITH_AS(parse(l), doctest::Contains("the trailer counts"), TraceError);
+  }
+  SUBCASE("a line after the trailer") {
+    auto l = good;
+    l.push_back(good[1]);
+    CHECK_THROWS_WITH_AS(parse(l), doctest::Contains("a line after the trailer"), TraceError);
+  }
+  SUBCASE("damage in the middle: refused whole, its intact part read with prefix") {
+    auto l = good;
+    const std::size_t bad = good.size() / 2;
+    l[bad] = l[bad].substr(0, 10);
+    CHECK_THROWS_AS(parse(l), TraceError);
+    const Trace t = parse(l, true);
+    CHECK_FALSE(t.complete);
+    CHECK(t.stopped_at == bad + 1);  // 1-based line
+    CHECK(t.stop_reason.find("not valid JSON") != std::string::npos);
+    CHECK(t.events.size() == bad - 1);
+    CHECK(replay_trace(t).identical);
+  }
 }

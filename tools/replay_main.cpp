@@ -43,13 +43,15 @@ int main(int argc, char** argv) {
       "Without what-if options: checks that every reply equals the recorded one (exit 0), or\n"
       "prints the first divergence (exit 1). With any of them: replays the trace's found_inf\n"
       "sequence under those settings and prints both scale trajectories and the counts of\n"
-      "skips and backoffs side by side. A trace that cannot be read: exit 2."};
+      "skips and backoffs side by side. A trace that cannot be read: exit 2. A trace cut short\n"
+      "(no trailer) or read with --prefix up to damage, identical as far as it goes: exit 3."};
   std::string path;
   std::optional<std::string> policy;
   std::optional<double> init_scale, growth_factor, backoff_factor;
   std::optional<std::int64_t> growth_interval;
   std::string csv;
   bool quiet = false;
+  bool prefix = false;
   app.add_option("TRACE", path, "trace file (JSON Lines)")->required();
   app.add_option("--policy", policy, "what-if: exact or lagged")
       ->check(CLI::IsMember({"exact", "lagged"}));
@@ -59,15 +61,26 @@ int main(int argc, char** argv) {
   app.add_option("--growth-interval", growth_interval, "what-if: growth interval");
   app.add_option("--csv", csv, "what-if: write the trajectories to this CSV file");
   app.add_flag("-q,--quiet", quiet, "what-if: counts only, no per-iteration table");
+  app.add_flag("--prefix", prefix,
+               "replay the intact part of a damaged or truncated trace, up to its first bad "
+               "line (exit 3, saying where and why it stopped)");
   CLI11_PARSE(app, argc, argv);
 
   Trace trace;
   try {
-    trace = read_trace(path);
+    trace = read_trace(path, prefix);
   } catch (const TraceError& e) {
     std::cerr << "ampactor-replay: " << e.what() << "\n";
+    if (!prefix && e.line() > 1) std::cerr << "(--prefix replays the part before that line)\n";
     return 2;
   }
+  // Whether the trace holds the whole recording, said whatever else is printed.
+  std::string incomplete;
+  if (trace.stopped_at)
+    incomplete = "the intact part ends before line " + std::to_string(trace.stopped_at) + " (" +
+                 trace.stop_reason + ")";
+  else if (!trace.complete)
+    incomplete = "no trailer: the recording was cut short (a crash or a kill)";
 
   const bool what = policy || init_scale || growth_factor || backoff_factor || growth_interval;
   if (!what) {
@@ -76,10 +89,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     const ReplayResult r = replay_trace(trace);
-    if (r.identical) {
+    if (r.identical && incomplete.empty()) {
       std::cout << path << ": identical (" << r.matched << " events)\n";
       return 0;
     }
+    if (r.identical) {
+      std::cout << path << ": identical as far as it goes (" << r.matched
+                << " events), but INCOMPLETE: " << incomplete << "\n";
+      return 3;
+    }
+    if (!incomplete.empty()) std::cout << path << ": INCOMPLETE: " << incomplete << "\n";
     std::cout << path << ":" << r.line << ": first divergence (" << r.matched
               << " events matched before it)\n"
               << "  expected: " << (r.expected.empty() ? "(nothing: the trace ends)" : r.expected)
@@ -118,6 +137,7 @@ int main(int argc, char** argv) {
   };
   std::cout << "recorded: " << describe(trace.header) << "\nwhat-if:  " << describe(settings)
             << "\n";
+  if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
   if (!quiet) {
     std::cout << std::setw(8) << "k" << std::setw(10) << "found_inf" << std::setw(16) << "recorded"
               << std::setw(16) << "what-if"

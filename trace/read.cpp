@@ -196,9 +196,9 @@ TraceHeader read_header(const json& j) {
   r.seen.emplace_back("trace");
   std::int64_t version = 0;
   r.integer("version", version);
-  if (version != 1 && version != trace_schema_version)
+  if (version < 1 || version > trace_schema_version)
     throw Bad("unsupported trace schema version " + std::to_string(version) +
-              " (this build reads versions 1 and " + std::to_string(trace_schema_version) + ")");
+              " (this build reads versions 1 to " + std::to_string(trace_schema_version) + ")");
   TraceHeader h;
   h.version = int(version);
   std::string policy;
@@ -284,13 +284,39 @@ TraceError::TraceError(const std::string& source, std::size_t line, const std::s
                               : source + ": " + problem),
       line_(line) {}
 
-Trace parse_trace(std::istream& in, const std::string& source) {
+namespace {
+
+/// The trailer of a version 3 trace: {"end":"ampactor","events":N}, N the events before it.
+void read_trailer(const json& j, std::size_t events) {
+  Reader r{j, "trailer"};
+  std::string end;
+  r("end", end);
+  if (end != "ampactor") throw Bad("trailer.end: expected \"ampactor\", got \"" + end + "\"");
+  std::int64_t n = -1;
+  r.integer("events", n);
+  r.done();
+  if (n < 0 || std::size_t(n) != events)
+    throw Bad("the trailer counts " + std::to_string(n) + " events, the trace holds " +
+              std::to_string(events) + " (lines lost or added)");
+}
+
+}  // namespace
+
+Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
   Trace t;
   std::string text;
   std::size_t line = 0;
   bool have_header = false;
   bool blank_seen = false;
+  bool trailer_seen = false;
   std::size_t blank_line = 0;
+  // A bad line ends the intact part when reading a prefix; the header must be whole either way.
+  auto stop = [&](std::size_t at, const std::string& why) {
+    if (!prefix || !have_header) throw TraceError(source, at, why);
+    t.complete = false;
+    t.stopped_at = at;
+    t.stop_reason = why;
+  };
   while (std::getline(in, text)) {
     ++line;
     if (text.empty()) {
@@ -298,37 +324,49 @@ Trace parse_trace(std::istream& in, const std::string& source) {
       blank_seen = true;
       continue;
     }
-    if (blank_seen) throw TraceError(source, blank_line, "empty line inside the trace");
-    json j;
-    try {
-      j = json::parse(text);
-    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e309
-      throw TraceError(source, line,
-                       "not valid JSON (truncated or corrupt line): " + std::string(e.what()));
+    if (blank_seen) {
+      stop(blank_line, "empty line inside the trace");
+      break;
     }
+    if (trailer_seen) {
+      stop(line, "a line after the trailer");
+      break;
+    }
+    std::string why;
     try {
+      const json j = json::parse(text);
       if (!have_header) {
         t.header = read_header(j);
         have_header = true;
+        t.complete = t.header.version < 3;  // version 3 is complete once its trailer is read
+      } else if (t.header.version >= 3 && j.is_object() && j.contains("end")) {
+        read_trailer(j, t.events.size());
+        trailer_seen = true;
+        t.complete = true;
       } else {
         t.events.push_back(read_event(j, t.events.size(), t.header.version));
         t.lines.push_back(line);
       }
+      continue;
+    } catch (const json::parse_error& e) {
+      why = "not valid JSON (truncated or corrupt line): " + std::string(e.what());
     } catch (const Bad& b) {
-      throw TraceError(source, line, b.what());
-    } catch (const json::exception& e) {  // a value of a type the reader did not expect
-      throw TraceError(source, line, e.what());
+      why = b.what();
+    } catch (const json::exception& e) {  // out_of_range for 1e309; a value of an unexpected type
+      why = e.what();
     }
+    stop(line, why);
+    break;
   }
   if (in.bad()) throw TraceError(source, line, "read error");
   if (!have_header) throw TraceError(source, 1, "empty trace: no header line");
   return t;
 }
 
-Trace read_trace(const std::string& path) {
+Trace read_trace(const std::string& path, bool prefix) {
   std::ifstream in(path);
   if (!in) throw TraceError(path, 0, std::string("cannot open: ") + std::strerror(errno));
-  return parse_trace(in, path);
+  return parse_trace(in, path, prefix);
 }
 
 }  // namespace ampactor

@@ -73,8 +73,9 @@ void TraceRecorder::output(const KeeperOutput& out) {
   emit(p.msg.k, trace_keeper, trace_subscribers, p.msg);
 }
 
-std::shared_ptr<TraceRecorder> record_trace(const std::string& path) {
-  return std::make_shared<TraceRecorder>(std::make_shared<TraceFile>(path));
+std::shared_ptr<TraceRecorder> record_trace(const std::string& path,
+                                            const TraceFileOptions& options) {
+  return std::make_shared<TraceRecorder>(std::make_shared<TraceFile>(path, options));
 }
 
 }  // namespace ampactor

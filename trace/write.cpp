@@ -175,7 +175,8 @@ std::string to_json_line(const TraceEvent& e) {
 }
 
 // ---- TraceFile ----
-TraceFile::TraceFile(const std::string& path) : path_(path), buf_(1 << 20) {
+TraceFile::TraceFile(const std::string& path, const TraceFileOptions& options)
+    : options_(options), path_(path), buf_(1 << 20) {
   // A large buffer: one write(2) per ~2000 iterations instead of one per ~16.
   out_.rdbuf()->pubsetbuf(buf_.data(), std::streamsize(buf_.size()));
   out_.open(path, std::ios::trunc);
@@ -194,9 +195,18 @@ void TraceFile::write(const std::string& line) {
   if (!out_) ok_ = false;
 }
 
+void TraceFile::flush_locked() {
+  out_.flush();
+  if (!out_) ok_ = false;
+  flushed_ = std::chrono::steady_clock::now();
+}
+
 void TraceFile::header(const TraceHeader& h) {
   write(to_json_line(h));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ok_ && out_.is_open()) flush_locked();  // a file that exists has its header
 }
+
 void TraceFile::event(const TraceEvent& e) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!ok_ || !out_.is_open()) return;
@@ -205,11 +215,18 @@ void TraceFile::event(const TraceEvent& e) {
   line_ += '\n';
   out_.write(line_.data(), std::streamsize(line_.size()));
   if (!out_) ok_ = false;
+  ++events_;
+  // An iteration ends with the keeper's UpdateApplied: hand the records to the kernel there, so a
+  // killed process leaves whole iterations; and at least once a second for long ones.
+  if ((options_.flush_iterations() && std::holds_alternative<UpdateApplied>(e.msg)) ||
+      std::chrono::steady_clock::now() - flushed_ > std::chrono::seconds(1))
+    flush_locked();
 }
 
 bool TraceFile::close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (out_.is_open()) {
+    if (ok_) out_ << "{\"end\":\"ampactor\",\"events\":" << events_ << "}\n";  // complete
     out_.flush();
     if (!out_) ok_ = false;
     out_.close();

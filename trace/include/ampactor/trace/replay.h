@@ -26,7 +26,9 @@ struct ReplayResult {
 
 /// Sends the trace's inputs, in recorded order and from peers standing for the recorded senders,
 /// to a keeper core built from its header, and compares every event the keeper records (inputs,
-/// replies, UpdateApplied) with the trace. Stops at the first divergence.
+/// replies, UpdateApplied) with the trace. Stops at the first divergence. An incomplete trace
+/// (!trace.complete) is compared as far as it goes: what the keeper does after its last event is
+/// no divergence, and `identical` then means "identical as far as it goes" (say so).
 ReplayResult replay_trace(const Trace& trace);
 
 struct WhatIfRow {

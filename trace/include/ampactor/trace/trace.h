@@ -4,6 +4,7 @@
 // Recording is a KeeperTap (TraceRecorder): the keeper itself knows nothing of traces.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <istream>
@@ -17,13 +18,15 @@
 #include <unordered_map>
 
 #include <ampactor/actors/keeper_core.h>
+#include <ampactor/scaler/arg.h>
 #include <ampactor/scaler/options.h>
 
 namespace ampactor {
 
-/// The schema version written in every header. Version 1 files (whose UpdateScale carried flags
-/// and whose monitor queries carried an iteration) are read too, as version 2 values.
-inline constexpr int trace_schema_version = 2;
+/// The schema version written in every header. Version 3 ends a complete trace with a trailer
+/// line ({"end":"ampactor","events":N}); version 2 files (no trailer) and version 1 files (whose
+/// UpdateScale carried flags and whose monitor queries carried an iteration) are read too.
+inline constexpr int trace_schema_version = 3;
 
 /// First line of a trace: what a fresh keeper needs to be rebuilt.
 struct TraceHeader {
@@ -90,10 +93,21 @@ class TraceSink {
 };
 
 /// Writes JSON Lines to a file. Opening fails with std::runtime_error; a later write error is kept
-/// (ok() turns false) rather than thrown into the keeper. finish() closes it.
+/// (ok() turns false) rather than thrown into the keeper. finish() writes the trailer and closes
+/// it. Crash-safe: the header is flushed at once, the records at every iteration's end (the
+/// keeper's UpdateApplied) and at least once a second, so a killed process leaves every finished
+/// iteration but the last second's at most, and a file without trailer says it was cut short.
+/// TraceFile's options: TraceFileOptions().flush_iterations(false).
+class TraceFileOptions {
+  /// Flush at every iteration's end (crash-safe, the default); false: only when the 1 MiB buffer
+  /// is full or a second has passed, for the least recording cost (a crash then loses up to a
+  /// second of records).
+  AMPACTOR_ARG_ANY(bool, flush_iterations, true);
+};
+
 class TraceFile final : public TraceSink {
  public:
-  explicit TraceFile(const std::string& path);
+  explicit TraceFile(const std::string& path, const TraceFileOptions& options = {});
   ~TraceFile() override;
   void header(const TraceHeader& h) override;
   void event(const TraceEvent& e) override;
@@ -105,7 +119,12 @@ class TraceFile final : public TraceSink {
 
  private:
   void write(const std::string& line);
+  /// Hands the buffer to the kernel (a write(2), no fsync): what a crash of the process leaves.
+  void flush_locked();
   mutable std::mutex mu_;
+  TraceFileOptions options_;
+  std::uint64_t events_ = 0;
+  std::chrono::steady_clock::time_point flushed_ = std::chrono::steady_clock::now();
   std::string path_;
   std::vector<char> buf_;  // the stream's buffer: declared before it, destroyed after it
   std::ofstream out_;
@@ -150,7 +169,8 @@ class TraceRecorder final : public KeeperTap {
 /// A recorder writing to a new (or truncated) file at `path`, complete once the keeper stops
 /// (e.g. when the GradScaler it is given to is destroyed). std::runtime_error if the file cannot
 /// be created.
-std::shared_ptr<TraceRecorder> record_trace(const std::string& path);
+std::shared_ptr<TraceRecorder> record_trace(const std::string& path,
+                                            const TraceFileOptions& options = {});
 
 /// A trace that could not be read: what() names the file, the line and the problem.
 class TraceError : public std::runtime_error {
@@ -168,11 +188,19 @@ struct Trace {
   std::vector<TraceEvent> events;
   /// events[i] was read from line lines[i] (1-based).
   std::vector<std::size_t> lines;
+  /// The recording ended normally: version 3's trailer was read (versions 1 and 2 have none and
+  /// count as complete). A recording cut short (a crash, a kill) has no trailer.
+  bool complete = true;
+  /// Read with `prefix`: the line where the intact part ended and why (0: it did not).
+  std::size_t stopped_at = 0;
+  std::string stop_reason;
 };
 
 /// Reads and validates a whole trace (header, every line's fields and types, sequence numbers
-/// 0, 1, 2...); throws TraceError at the first problem. `source` names the input in errors.
-Trace parse_trace(std::istream& in, const std::string& source = "trace");
-Trace read_trace(const std::string& path);
+/// 0, 1, 2..., the trailer); throws TraceError at the first problem. `source` names the input in
+/// errors. prefix: a bad line after the header ends the trace there instead (stopped_at and
+/// stop_reason say where and why; the trace is then incomplete).
+Trace parse_trace(std::istream& in, const std::string& source = "trace", bool prefix = false);
+Trace read_trace(const std::string& path, bool prefix = false);
 
 }  // namespace ampactor
