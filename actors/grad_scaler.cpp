@@ -81,7 +81,9 @@ void GradScaler::update(double new_scale) {
   Impl& m = *impl_;
   if (m.begin_update()) return;
   check_new_scale(new_scale);
-  m.close_iteration(SetScale{m.main.k, new_scale});
+  // With jobs queued in this iteration, the keeper waits for the optimizer to close it: a job
+  // that fails or is cancelled leaves the scale as it is, as it does for update().
+  m.close_iteration(SetScale{m.main.k, new_scale, m.main.jobs_in_k});
   m.raise_unreported();
 }
 
@@ -159,6 +161,7 @@ void GradScaler::submit(std::function<void()> fn, const SubmitOptions& options) 
   m.flush_close();
   caf::anon_send(m.setup.actors.optimizer, StepJob{m.main.k, s, std::move(fn), m.epoch(), permit});
   if (permit.kind() == UnscalePermit::Kind::any) m.main.async_in_k = true;
+  m.main.jobs_in_k = true;
   if (m.opts().enabled()) m.main.known_unscales += permit.counted();
 }
 

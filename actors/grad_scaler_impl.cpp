@@ -225,10 +225,12 @@ void GradScaler::Impl::close_iteration(const std::optional<KeeperInput>& update)
             caf::anon_send(a.keeper, u);
         },
         *update);
-  const bool report = update && std::holds_alternative<UpdateWhenClosed>(*update);
+  const auto* set = update ? std::get_if<SetScale>(&*update) : nullptr;
+  const bool after_jobs = set && set->after_jobs;
+  const bool report = update && (std::holds_alternative<UpdateWhenClosed>(*update) || after_jobs);
   flush_close();
-  if (report)
-    caf::anon_send(a.optimizer, CloseIteration{main.k, true});  // the keeper waits for it
+  if (report)  // the keeper waits for it
+    caf::anon_send(a.optimizer, CloseIteration{main.k, true, /*inf_checks_required=*/!set});
   else
     main.pending_close = main.k;
   if (update) main.ask_for_scale = false;  // UpdateApplied{k} will carry the next scale
@@ -236,6 +238,7 @@ void GradScaler::Impl::close_iteration(const std::optional<KeeperInput>& update)
   main.scale_k.reset();
   main.known_unscales = 0;
   main.async_in_k = false;
+  main.jobs_in_k = false;
 }
 
 ScaleParams GradScaler::Impl::params(bool up_to_date, const char* method) {

@@ -178,7 +178,7 @@ void KeeperCore::on(const IterationClosed& c) {
 
 bool KeeperCore::ready(const KeeperInput& in) const {
   if (iteration_of(in) <= applied_through_) return true;  // a duplicate is dropped
-  if (holds<SetScale>(in)) return true;
+  if (auto* s = std::get_if<SetScale>(&in)) return !s->after_jobs || closed_.count(s->k) != 0;
   if (auto* w = std::get_if<UpdateWhenClosed>(&in)) return closed_.count(w->k) != 0;
   const auto& u = std::get<UpdateScale>(in);
   const auto it = unscales_.find(u.k);
@@ -195,8 +195,11 @@ void KeeperCore::apply(const KeeperInput& in) {
   UpdateApplied out;
   out.k = k;
   const auto closed = closed_.find(k);
-  if (auto* s = std::get_if<SetScale>(&in)) {
+  const bool abandoned = closed != closed_.end() && closed->second.abandoned;
+  if (auto* s = std::get_if<SetScale>(&in); s && !(s->after_jobs && abandoned)) {
     state_.set_scale(s->new_scale);
+  } else if (s) {
+    out.abandoned = true;  // its jobs failed or were cancelled: as any update, it changes nothing
   } else if (closed != closed_.end() &&
              (closed->second.abandoned || closed->second.unscales == 0)) {
     // A failed, cancelled or unscale-less iteration: like torch, where update() is then never

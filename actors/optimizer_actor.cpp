@@ -248,8 +248,8 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
           it = std::move(found->second);
           st.open.erase(found);
         }
-        if (c.report_unscales && st.opts.enabled() && it.unscales == 0 && !it.failed &&
-            it.cancelled == 0)
+        if (c.report_unscales && c.inf_checks_required && st.opts.enabled() && it.unscales == 0 &&
+            !it.failed && it.cancelled == 0)
           record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
         const bool abandoned = it.failed || it.cancelled > 0;
         if (c.report_unscales) self->send(st.keeper, IterationClosed{c.k, it.unscales, abandoned});

@@ -178,7 +178,7 @@ TEST_CASE(
   scaler.submit(
       [&] {
         started.set_value();
-        gate.wait();
+        gate.wait_for(std::chrono::seconds(30));
       },
       SubmitOptions().unscales(UnscalePermit::none()));
   pipe.step(opt, [&] {
@@ -186,7 +186,7 @@ TEST_CASE(
     ++stepped;
   });
   scaler.update();
-  started.get_future().wait();
+  REQUIRE(started.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   scaler.cancel();
   release.set_value();
   const at::Tensor after_step_0 = [&] {

@@ -72,7 +72,9 @@ TEST_CASE("lagged policy, real threads: every iteration accounted for, one backo
   CHECK(skipped == events + stale);
 }
 
-TEST_CASE("get_scale: the main thread's iteration versus the job's own scale") {
+TEST_CASE(
+    "get_scale: the main thread's iteration versus the job's own scale; update(new_scale) "
+    "after a job applies once the job has ended") {
   GradScaler scaler(opts(1024, 2, 0.5, 1));
   Net net;
   std::promise<void> release;
@@ -82,13 +84,13 @@ TEST_CASE("get_scale: the main thread's iteration versus the job's own scale") {
   CHECK(scaler.get_scale() == 1024.0);
   net.set_grads({at::ones({7}), at::ones({5, 3})});
   scaler.submit([&] {
-    gate.wait();
+    gate.wait_for(std::chrono::seconds(30));
     seen_in_job = scaler.get_scale();
     scaler.step(*net.opt);
   });
-  scaler.update(4096.0);                // a new scale does not wait for the job
-  CHECK(scaler.get_scale() == 4096.0);  // main thread: iteration 1's scale
+  scaler.update(4096.0);  // returns at once; applied once the job has ended (it might fail)
   release.set_value();
+  CHECK(scaler.get_scale() == 4096.0);  // main thread: iteration 1's scale
   scaler.sync();
   CHECK(seen_in_job.load() == 1024.0);  // the job: the scale its gradients were made with
 }
@@ -115,7 +117,8 @@ TEST_CASE("submit with counted unscales: update applies on the job's unscale, no
   scaler.submit(
       [&] {
         scaler.unscale_(*net.opt);  // the counted unscale
-        gate.wait();                // the rest of the job (the optimizer math) still runs
+        gate.wait_for(
+            std::chrono::seconds(30));  // the rest of the job (the optimizer math) still runs
         scaler.step(*net.opt);
       },
       SubmitOptions().unscales(UnscalePermit::exactly(1)));
@@ -138,14 +141,14 @@ TEST_CASE("submit with counted unscales: update applies on the job's unscale, no
   scaler.submit(
       [&] {
         started.set_value();
-        gate2.wait();
+        gate2.wait_for(std::chrono::seconds(30));
       },
       SubmitOptions().unscales(UnscalePermit::none()));  // update() knows the count: the
                                                          // counted job's one unscale
   scaler.submit([&] { scaler.step(*net.opt); },
                 SubmitOptions().unscales(UnscalePermit::exactly(1)));
   scaler.update();
-  started.get_future().wait();
+  REQUIRE(started.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   scaler.cancel();
   release2.set_value();
   scaler.sync();
@@ -306,7 +309,7 @@ TEST_CASE("a failing job is rethrown by the next step() before it acts") {
   std::promise<void> release;
   auto gate = release.get_future().share();
   scaler.submit([gate] {
-    gate.wait();  // fail only after update() has returned
+    gate.wait_for(std::chrono::seconds(30));  // fail only after update() has returned
     throw std::runtime_error("first");
   });
   scaler.update();
@@ -379,7 +382,7 @@ TEST_CASE("results: polled without waiting, awaited, and delivered to subscriber
   std::promise<void> release;
   auto gate = release.get_future().share();
   scaler.submit([&] {
-    gate.wait();
+    gate.wait_for(std::chrono::seconds(30));
     scaler.step(*net.opt);
   });
   scaler.update();

@@ -2,6 +2,7 @@
 // caller's actor system and a user's own trainer.
 #include "grad_scaler_fixture.h"
 
+#include <future>
 #include <iostream>
 #include <sstream>
 
@@ -26,13 +27,13 @@ TEST_CASE("destruction drains queued jobs, cancel() drops those not started") {
     auto gate = release.get_future().share();
     scaler.submit([&] {
       started.set_value();
-      gate.wait();
+      gate.wait_for(std::chrono::seconds(30));
       ++ran;
     });
     for (int i = 0; i < 5; ++i)
       scaler.submit([&] { ++ran; });
     scaler.update();
-    started.get_future().wait();
+    REQUIRE(started.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
     scaler.cancel();
     release.set_value();
     scaler.sync();
@@ -226,8 +227,9 @@ TEST_CASE("a user's event-based trainer reproduces the facade's results exactly"
   }
 }
 
-TEST_CASE("a job that fails in the last, still open iteration is written to stderr at "
-          "destruction") {
+TEST_CASE(
+    "a job that fails in the last, still open iteration is written to stderr at "
+    "destruction") {
   std::ostringstream err;
   std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
   {
@@ -239,4 +241,42 @@ TEST_CASE("a job that fails in the last, still open iteration is written to stde
   std::cerr.rdbuf(old);
   CHECK(err.str().find("unreported step-job error (iteration 0): the last job failed") !=
         std::string::npos);
+}
+
+TEST_CASE("update(new_scale) in an iteration whose job fails or is cancelled changes nothing") {
+  SUBCASE("the job fails") {
+    GradScaler scaler(opts(128, 2, 0.5, 1));
+    scaler.scale(at::ones({1}));
+    scaler.submit([] { throw std::runtime_error("job failed"); });
+    std::string what;
+    try {
+      scaler.update(1024.0);
+      scaler.sync();
+    } catch (const ScalerError& e) {
+      what = e.what();
+    }
+    CHECK(what == "job failed");
+    scaler.sync();
+    CHECK(scaler.get_scale() == 128.0);  // not 1024
+  }
+  SUBCASE("a job of the iteration is cancelled") {
+    GradScaler scaler(opts(128, 2, 0.5, 1));
+    scaler.scale(at::ones({1}));
+    std::promise<void> started, go;
+    std::shared_future<void> gate = go.get_future().share();
+    scaler.submit([&started, gate] {  // holds the optimizer thread until released
+      started.set_value();
+      gate.wait_for(std::chrono::seconds(30));
+    });
+    bool ran = false;
+    scaler.submit([&] { ran = true; });  // queued behind it
+    REQUIRE(started.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+    scaler.cancel();  // drops the second job only: the first is running
+    scaler.update(1024.0);
+    go.set_value();
+    scaler.sync();  // a cancelled job is no error to rethrow
+    CHECK(scaler.wait_result(0).cancelled_jobs == 1);
+    CHECK_FALSE(ran);
+    CHECK(scaler.get_scale() == 128.0);  // the iteration's update(1024) changed nothing
+  }
 }

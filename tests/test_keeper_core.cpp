@@ -61,3 +61,20 @@ TEST_CASE("monitor queries need no iteration and answer in mailbox order") {
   CHECK(std::get<KeeperError>(got[1]).code == errc::bad_growth_interval);
   CHECK(rig.core().state().growth_interval() == 2000);
 }
+
+TEST_CASE(
+    "update(new_scale) after jobs waits for the iteration's close and changes nothing when "
+    "the iteration was abandoned") {
+  for (bool abandoned : {false, true}) {
+    CAPTURE(abandoned);
+    KeeperRig rig(GradScalerOptions().init_scale(64), ScalePolicy::exact);
+    rig.send("t", ScaleRequest{0});
+    rig.send("t", SetScale{0, 8.0, /*after_jobs=*/true});
+    CHECK(rig.core().params().applied_through == -1);  // not before the optimizer closed 0
+    rig.send("o", IterationClosed{0, 0, abandoned});
+    CHECK(rig.core().params().applied_through == 0);
+    CHECK(rig.core().params().scale == (abandoned ? 64.0f : 8.0f));
+    REQUIRE_FALSE(rig.pushes().empty());
+    CHECK(rig.pushes().back().abandoned == abandoned);
+  }
+}

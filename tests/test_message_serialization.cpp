@@ -58,7 +58,7 @@ auto fields(const UpdateWhenClosed& x) {
   return std::tie(x.k);
 }
 auto fields(const SetScale& x) {
-  return std::tie(x.k, x.new_scale);
+  return std::tie(x.k, x.new_scale, x.after_jobs);
 }
 auto fields(const StateDictMsg& x) {
   return std::tie(x.empty, x.scale, x.growth_factor, x.backoff_factor, x.growth_interval,
@@ -74,7 +74,7 @@ auto fields(const IterationClosed& x) {
   return std::tie(x.k, x.unscales, x.abandoned);
 }
 auto fields(const CloseIteration& x) {
-  return std::tie(x.k, x.report_unscales);
+  return std::tie(x.k, x.report_unscales, x.inf_checks_required);
 }
 auto fields(const JobDone& x) {
   return std::tie(x.k, x.unscales);
@@ -138,13 +138,13 @@ TEST_CASE("every registered message type round-trips through CAF's serializer, f
   check(SetBackoffFactor{0.0625});
   check(SetGrowthInterval{2147483647});
   check(UpdateWhenClosed{15});
-  check(SetScale{16, 1.0e30});
+  check(SetScale{16, 1.0e30, true});  // every field off its default
   const StateDictMsg sd{false, 8192.0, 2.0, 0.5, 2000, 123};
   check(sd);
   check(GetStateDict{});
   check(LoadStateDict{sd});
   check(IterationClosed{17, 2, true});
-  check(CloseIteration{18, true});
+  check(CloseIteration{18, true, false});
   check(JobDone{19, 4});
   check(two_steps());
   IterationDone done{20, two_steps(), true, errc::protocol_misuse, "a job's error text", 3};

@@ -257,7 +257,13 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
                          type == "SetGrowthInterval" || type == "Unsubscribe";
     if (!kind || (version == 1 && v2_only))
       throw Bad("unknown message type \"" + type + "\" (known: " + known_list() + ")");
-    e.msg = kind->read(msg);
+    if (version == 2 && type == "SetScale" && !msg.contains("after_jobs")) {
+      json m = msg;  // version 2 applied update(new_scale) at once
+      m["after_jobs"] = false;
+      e.msg = kind->read(m);
+    } else {
+      e.msg = kind->read(msg);
+    }
     if (version == 1 && (type == "ScaleParams" || type == "StateDict" || type == "Error"))
       e.k = -1;  // replies to monitor queries, which version 2 files under no iteration
   }

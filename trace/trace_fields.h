@@ -32,7 +32,7 @@ void fields(F& f, UpdateWhenClosed& x) {
 }
 template <class F>
 void fields(F& f, SetScale& x) {
-  f("k", x.k), f("new_scale", x.new_scale);
+  f("k", x.k), f("new_scale", x.new_scale), f("after_jobs", x.after_jobs);
 }
 template <class F>
 void fields(F& f, IterationClosed& x) {

@@ -51,6 +51,7 @@ struct MainState {
   std::optional<float> scale_k;     // the scale of iteration k, once asked for
   std::int32_t known_unscales = 0;  // UnscaleDone{k} sent by jobs the main thread waited for
   bool async_in_k = false;          // a job that may unscale was submitted in iteration k
+  bool jobs_in_k = false;           // any job was submitted in iteration k
   // The exact policy's scale for iteration k is the keeper's scale once update k-1 is applied;
   // the lagged policy's is the newest applied one. The keeper pushes each (UpdateApplied), so
   // scale() costs no round trip of its own: a blocking request wakes the keeper's thread, which

@@ -54,7 +54,7 @@ typename Inspector::result_type inspect(Inspector& f, UpdateWhenClosed& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SetScale& x) {
-  return f(caf::meta::type_name("SetScale"), x.k, x.new_scale);
+  return f(caf::meta::type_name("SetScale"), x.k, x.new_scale, x.after_jobs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateApplied& x) {
@@ -102,7 +102,7 @@ typename Inspector::result_type inspect(Inspector& f, IterationClosed& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CloseIteration& x) {
-  return f(caf::meta::type_name("CloseIteration"), x.k, x.report_unscales);
+  return f(caf::meta::type_name("CloseIteration"), x.k, x.report_unscales, x.inf_checks_required);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, JobDone& x) {

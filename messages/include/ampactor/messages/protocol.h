@@ -71,6 +71,9 @@ struct UpdateWhenClosed {
 struct SetScale {
   iteration_t k = 0;
   double new_scale = 0;
+  /// The trainer queued step jobs in k: apply once the optimizer has closed k (IterationClosed),
+  /// and not at all if k was abandoned (a job failed or was cancelled), as for any update.
+  bool after_jobs = false;
 };
 
 /// optimizer -> keeper, after the last job of iteration k: `unscales` UnscaleDone{k} were sent
@@ -89,6 +92,9 @@ struct IterationClosed {
 struct CloseIteration {
   iteration_t k = 0;
   bool report_unscales = false;
+  /// With report_unscales: an iteration without any unscale fails with torch's "No inf checks
+  /// were recorded prior to update." (false for update(new_scale), which needs none).
+  bool inf_checks_required = true;
 };
 
 /// What a step job may unscale, fixed when the trainer queues it. Built by its named
