@@ -34,7 +34,7 @@ int main() {
   }
   ampactor::StateDict sd = scaler.state_dict();  // torch's keys; load_state_dict takes it back
   std::cout << "ampactor " << AMPACTOR_VERSION_STRING << ": " << skipped
-            << " step(s) skipped, final scale " << sd.get_double("scale") << ", growth factor "
-            << g << "\n";
+            << " step(s) skipped, final scale " << sd.get_double("scale") << ", growth factor " << g
+            << "\n";
   return skipped == 1 ? 0 : 1;
 }

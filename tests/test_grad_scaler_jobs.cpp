@@ -280,3 +280,57 @@ TEST_CASE("update(new_scale) in an iteration whose job fails or is cancelled cha
     CHECK(scaler.get_scale() == 128.0);  // the iteration's update(1024) changed nothing
   }
 }
+
+TEST_CASE(
+    "unscale_ of an optimizer without gradients records no inf check: update() raises "
+    "torch's error and the scale and tracker stay") {
+  // As torch: its unscale_ records no found_inf for an optimizer with no grads, so update()
+  // finds none, on the main thread and inside a step job alike.
+  for (bool in_job : {false, true}) {
+    CAPTURE(in_job);
+    GradScaler scaler(opts(128, 2, 0.5, 1));
+    Net net;  // no grads
+    scaler.scale(at::ones({1}));
+    std::string what;
+    try {
+      if (in_job)
+        scaler.submit([&] { scaler.unscale_(*net.opt); });
+      else
+        scaler.unscale_(*net.opt);
+      scaler.update();
+      scaler.sync();
+    } catch (const ScalerError& e) {
+      what = e.what();
+    }
+    CHECK(what == texts::no_inf_checks_before_update);
+    scaler.sync();
+    CHECK(scaler.get_scale() == 128.0);  // interval 1: a clean update would have doubled it
+    CHECK(scaler.state_dict().get_int("_growth_tracker") == 0);
+  }
+}
+
+TEST_CASE(
+    "iteration() is the main thread's: refused inside a step job and on another thread; "
+    "is_enabled() answers anywhere") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  scaler.scale(at::ones({1}));
+  auto code = [](auto&& f) {
+    try {
+      f();
+    } catch (const ScalerError& e) {
+      return e.code();
+    }
+    return errc{};
+  };
+  errc in_job{}, elsewhere{};
+  bool enabled_in_job = false;
+  scaler.run_on_optimizer([&] {
+    in_job = code([&] { scaler.iteration(); });
+    enabled_in_job = scaler.is_enabled();
+  });
+  std::thread([&] { elsewhere = code([&] { scaler.iteration(); }); }).join();
+  CHECK(in_job == errc::wrong_thread);
+  CHECK(elsewhere == errc::wrong_thread);
+  CHECK(enabled_in_job);
+  CHECK(scaler.iteration() == 0);
+}
