@@ -1,5 +1,7 @@
 #include <ampactor/scaler/errors.h>
 
+#include <sstream>
+
 namespace ampactor {
 
 const char* python_kind(errc code) {
@@ -75,6 +77,13 @@ const char* to_string(errc code) {
       return "bad_checkpoint";
   }
   return "unknown";
+}
+
+std::string show_value(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
 }
 
 std::string scale_not_initialized_text(const std::string& funcname) {

@@ -3,34 +3,25 @@
 
 #include <cmath>
 #include <limits>
-#include <sstream>
 
 namespace ampactor {
-namespace {
-std::string show(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
-}
-}  // namespace
 
 void check_growth_factor(double v, bool torch_text) {
   // `!(v > 1)` also refuses NaN.
   if (!(v > 1.0) || std::isinf(v))
-    throw ScalerError(errc::bad_growth_factor,
-                      torch_text ? std::string(texts::growth_factor)
-                                 : std::string(texts::growth_factor) + " Got " + show(v) + ".");
+    throw ScalerError(errc::bad_growth_factor, torch_text ? std::string(texts::growth_factor)
+                                                          : std::string(texts::growth_factor) +
+                                                                " Got " + show_value(v) + ".");
 }
 
 void check_backoff_factor(double v, bool torch_text) {
   if (!(v < 1.0))
-    throw ScalerError(errc::bad_backoff_factor,
-                      torch_text ? std::string(texts::backoff_factor)
-                                 : std::string(texts::backoff_factor) + " Got " + show(v) + ".");
+    throw ScalerError(errc::bad_backoff_factor, torch_text ? std::string(texts::backoff_factor)
+                                                           : std::string(texts::backoff_factor) +
+                                                                 " Got " + show_value(v) + ".");
   if (!(v > 0.0))
     throw ScalerError(errc::bad_backoff_factor,
-                      "The backoff factor must be > 0.0. Got " + show(v) + ".");
+                      "The backoff factor must be > 0.0. Got " + show_value(v) + ".");
 }
 
 void check_growth_interval(std::int64_t v) {
@@ -48,7 +39,7 @@ void check_fits_float(double v, errc code) {
 void check_init_scale(double v) {
   if (!(v > 0.0) || !std::isfinite(v))
     throw ScalerError(errc::bad_init_scale,
-                      "The initial scale must be finite and > 0.0. Got " + show(v) + ".");
+                      "The initial scale must be finite and > 0.0. Got " + show_value(v) + ".");
 }
 
 // The setters refuse only what no scaler, enabled or not, could hold (see the class comment).
@@ -60,7 +51,7 @@ GradScalerOptions& GradScalerOptions::init_scale(double v) {
   if (!std::isfinite(v) || static_cast<float>(v) == 0.0f)
     throw ScalerError(
         errc::bad_init_scale,
-        "The initial scale must be finite and nonzero as a float. Got " + show(v) + ".");
+        "The initial scale must be finite and nonzero as a float. Got " + show_value(v) + ".");
   init_scale_ = v;
   return *this;
 }
@@ -68,7 +59,7 @@ GradScalerOptions& GradScalerOptions::init_scale(double v) {
 GradScalerOptions& GradScalerOptions::growth_factor(double v) {
   if (!std::isfinite(v))
     throw ScalerError(errc::bad_growth_factor,
-                      "The growth factor must be finite. Got " + show(v) + ".");
+                      "The growth factor must be finite. Got " + show_value(v) + ".");
   growth_factor_ = v;
   return *this;
 }
@@ -76,7 +67,7 @@ GradScalerOptions& GradScalerOptions::growth_factor(double v) {
 GradScalerOptions& GradScalerOptions::backoff_factor(double v) {
   if (!std::isfinite(v))
     throw ScalerError(errc::bad_backoff_factor,
-                      "The backoff factor must be finite. Got " + show(v) + ".");
+                      "The backoff factor must be finite. Got " + show_value(v) + ".");
   backoff_factor_ = v;
   return *this;
 }

@@ -3,18 +3,8 @@
 #include <ampactor/scaler/state_dict.h>
 
 #include <cmath>
-#include <sstream>
 
 namespace ampactor {
-
-namespace {
-std::string show_double(double v) {
-  std::ostringstream s;
-  s.precision(17);
-  s << v;
-  return s.str();
-}
-}  // namespace
 
 double StateDict::get_double(const std::string& key) const {
   auto it = items_.find(key);
@@ -57,7 +47,7 @@ void load_state_dict(ScaleState& state, const StateDict& sd) {
   if (!std::isfinite(scale) || !(static_cast<float>(scale) > 0.0f))
     throw ScalerError(
         errc::bad_state_dict,
-        "state_dict['scale'] must be finite and > 0 as a float, got " + show_double(scale));
+        "state_dict['scale'] must be finite and > 0 as a float, got " + show_value(scale));
   if (tracker < 0 || tracker > INT32_MAX)
     throw ScalerError(
         errc::bad_state_dict,

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "archive_fixture.h"
 #include "checkpoint_fixture.h"
 
 using namespace ampactor;
@@ -39,9 +40,7 @@ std::vector<char> sample_archive() {
   torch::serialize::OutputArchive a;
   a.write("w", torch::arange(1000, torch::kFloat));
   a.write("scale", c10::IValue(65536.0));
-  std::ostringstream out;
-  a.save_to(out);
-  const std::string s = out.str();
+  const std::string s = ampactor::test::bytes_of(a);
   return {s.begin(), s.end()};
 }
 
@@ -79,29 +78,17 @@ TEST_CASE("LocalGradScaler: torch::save and torch::load give back its state_dict
 TEST_CASE("LocalGradScaler::load: a bad or missing value is refused and changes nothing") {
   const LocalGradScaler good = scaler_with(96.0, 5);
   SUBCASE("a negative scale") {
-    torch::serialize::OutputArchive out;
     StateDict sd = good.state_dict();
     sd.set("scale", -1.0);
-    write_state_dict(sd, out);
-    std::ostringstream bytes;
-    out.save_to(bytes);
-    std::istringstream in_bytes(bytes.str());
-    torch::serialize::InputArchive in;
-    in.load_from(in_bytes);
+    torch::serialize::InputArchive in = ampactor::test::state_dict_archive(sd);
     LocalGradScaler s = scaler_with(96.0, 5);
     CHECK(code_of([&] { s.load(in); }) == errc::bad_state_dict);
     CHECK(s.state_dict() == good.state_dict());
   }
   SUBCASE("a missing key is named") {
-    torch::serialize::OutputArchive out;
     StateDict sd = good.state_dict();
     sd.erase("_growth_tracker");
-    write_state_dict(sd, out);
-    std::ostringstream bytes;
-    out.save_to(bytes);
-    std::istringstream in_bytes(bytes.str());
-    torch::serialize::InputArchive in;
-    in.load_from(in_bytes);
+    torch::serialize::InputArchive in = ampactor::test::state_dict_archive(sd);
     LocalGradScaler s = scaler_with(96.0, 5);
     CHECK_THROWS_WITH_AS(s.load(in), doctest::Contains("'_growth_tracker'"), ScalerError);
     CHECK(s.state_dict() == good.state_dict());

@@ -8,6 +8,7 @@
 
 #include <sstream>
 
+#include "archive_fixture.h"
 #include "checkpoint_fixture.h"
 
 namespace {
@@ -59,9 +60,7 @@ Outcome train(const Config& c, iteration_t from, iteration_t to, const std::stri
                           .defer_grad_move(c.swap_defer));
   auto opt = make_optimizer(c.optimizer, pipe.optim_parameters());
   if (load) {
-    std::istringstream in(*load);
-    torch::serialize::InputArchive all, model, o, s, p;
-    all.load_from(in);
+    torch::serialize::InputArchive all = ampactor::test::archive_of(*load), model, o, s, p;
     all.read("model", model), all.read("optimizer", o), all.read("scaler", s);
     all.read("pipeline", p);
     for (std::size_t i = 0; i < m.p.size(); ++i)
@@ -83,9 +82,7 @@ Outcome train(const Config& c, iteration_t from, iteration_t to, const std::stri
       write_params(model, m.p), opt->save(o), scaler.save(s);
       all.write("model", model), all.write("optimizer", o), all.write("scaler", s);
       all.write("pipeline", p);
-      std::ostringstream out;
-      all.save_to(out);
-      *saved = out.str();
+      *saved = ampactor::test::bytes_of(all);
     }
   }
   pipe.sync();
@@ -145,8 +142,7 @@ TEST_CASE(
   AsyncOptimizer saved_pipe(m.p, scaler);
   torch::serialize::OutputArchive out;
   saved_pipe.save(out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
+  const std::string bytes = ampactor::test::bytes_of(out);
 
   auto refused = [&](std::vector<at::Tensor> params, AsyncOptimizerOptions o, const char* why) {
     CAPTURE(why);
@@ -155,9 +151,7 @@ TEST_CASE(
     std::vector<at::Tensor> before;
     for (const at::Tensor& t : pipe.optim_parameters())
       before.push_back(t.detach().clone());
-    std::istringstream in_bytes(bytes.str());
-    torch::serialize::InputArchive in;
-    in.load_from(in_bytes);
+    torch::serialize::InputArchive in = ampactor::test::archive_of(bytes);
     CHECK_THROWS_WITH_AS(pipe.load(in), doctest::Contains(why), ScalerError);
     CHECK(bit_equal(std::vector<at::Tensor>(pipe.optim_parameters()), before));
   };
@@ -167,13 +161,9 @@ TEST_CASE(
   refused(m.p, AsyncOptimizerOptions().optim_dtype(at::kDouble), "this pipeline's is Double");
   GradScaler s3;
   AsyncOptimizer pipe(m.p, s3);
-  torch::serialize::OutputArchive empty;
-  std::ostringstream empty_bytes;
-  empty.write("x", c10::IValue(1.0));
-  empty.save_to(empty_bytes);
-  std::istringstream in_bytes(empty_bytes.str());
-  torch::serialize::InputArchive in;
-  in.load_from(in_bytes);
+  torch::serialize::OutputArchive other;
+  other.write("x", c10::IValue(1.0));
+  torch::serialize::InputArchive in = ampactor::test::archive_of(ampactor::test::bytes_of(other));
   CHECK_THROWS_WITH_AS(pipe.load(in), doctest::Contains("not a checkpoint written by"),
                        ScalerError);
 }
@@ -228,13 +218,7 @@ TEST_CASE("GradScaler::load of a bad value is refused and changes nothing") {
   const StateDict before = scaler.state_dict();
   StateDict sd = before;
   sd.set("_growth_tracker", std::int64_t(-3));
-  torch::serialize::OutputArchive out;
-  write_state_dict(sd, out);
-  std::ostringstream bytes;
-  out.save_to(bytes);
-  std::istringstream in_bytes(bytes.str());
-  torch::serialize::InputArchive in;
-  in.load_from(in_bytes);
+  torch::serialize::InputArchive in = ampactor::test::state_dict_archive(sd);
   CHECK_THROWS_WITH_AS(scaler.load(in), doctest::Contains("_growth_tracker"), ScalerError);
   CHECK(scaler.state_dict() == before);
 }

@@ -119,6 +119,9 @@ inline constexpr const char* update_off_main_thread =
 inline constexpr const char* cancelled = "The step job was cancelled before it started.";
 }  // namespace texts
 
+/// A double as the refusals' texts show it (17 significant digits: the value itself).
+std::string show_value(double v);
+
 /// torch's text for a call made before the first scale(), e.g. scale_not_initialized_text("step").
 std::string scale_not_initialized_text(const std::string& funcname);
 

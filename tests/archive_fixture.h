@@ -1,0 +1,35 @@
+// LibTorch archives through memory, for the checkpoint tests.
+#pragma once
+
+#include <ampactor/scaler/checkpoint.h>
+
+#include <torch/serialize.h>
+
+#include <sstream>
+#include <string>
+
+namespace ampactor::test {
+
+/// The bytes `out` would write to a file.
+inline std::string bytes_of(torch::serialize::OutputArchive& out) {
+  std::ostringstream s;
+  out.save_to(s);
+  return s.str();
+}
+
+/// `bytes` read back as an archive.
+inline torch::serialize::InputArchive archive_of(const std::string& bytes) {
+  std::istringstream s(bytes);
+  torch::serialize::InputArchive in;
+  in.load_from(s);
+  return in;
+}
+
+/// A state_dict written into an archive and read back: what a scaler's load() is given.
+inline torch::serialize::InputArchive state_dict_archive(const StateDict& sd) {
+  torch::serialize::OutputArchive out;
+  write_state_dict(sd, out);
+  return archive_of(bytes_of(out));
+}
+
+}  // namespace ampactor::test
