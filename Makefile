@@ -6,8 +6,10 @@ DEB_PACKAGES := cmake g++ make libcaf-dev libtorch-dev doctest-dev nlohmann-json
 # The demo's extras: a plot, and an optimised BLAS (Debian's LibTorch otherwise runs its matmuls on
 # the reference BLAS, about 15x slower here).
 DEMO_PACKAGES := gnuplot-nox libopenblas0-openmp
+# The sanitizer gate's compiler: clang with its sanitizer and libFuzzer runtimes.
+ASAN_PACKAGES := clang libclang-rt-14-dev
 
-.PHONY: all deps configure build test tsan bench demo format clean
+.PHONY: all deps configure build test tsan asan bench demo format clean
 
 all: build
 
@@ -26,6 +28,12 @@ test: build
 # The ThreadSanitizer gate (cmake/tsan-gate.sh): CAF and the actor suites built with TSan.
 tsan: deps
 	./cmake/tsan-gate.sh
+
+# The AddressSanitizer+UBSan gate (cmake/asan-gate.sh): the whole suite built with clang and
+# -fsanitize=address,undefined, then each libFuzzer target in fuzz/ for FUZZ_SECONDS (60).
+asan: deps
+	@./cmake/install-deps.sh $(ASAN_PACKAGES)
+	./cmake/asan-gate.sh
 
 bench: build
 	$(BUILD)/bench/ampactor-bench-kernels --json $(BUILD)/bench-kernels.json

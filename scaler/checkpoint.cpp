@@ -2,12 +2,12 @@
 #include <ampactor/scaler/checkpoint.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
+#include "pickle_dict.h"
 #include "zip_check.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/api/include/torch/serialize/input-archive.h>
 #include <torch/csrc/api/include/torch/serialize/output-archive.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <vector>
 
 namespace ampactor {
@@ -136,50 +137,52 @@ void save_atomically(torch::serialize::OutputArchive& archive, const std::string
 void load_checkpoint(torch::serialize::InputArchive& archive, const std::string& path) {
   // Read first, so that a missing file is named as such rather than as a bad archive.
   const std::vector<char> bytes = read_whole(path);
-  if (const std::string damage = internal::zip_damage(bytes.data(), bytes.size()); !damage.empty())
+  load_checkpoint(archive, bytes.data(), bytes.size(), path);
+}
+
+void load_checkpoint(torch::serialize::InputArchive& archive, const char* data, std::size_t size,
+                     const std::string& name) {
+  if (const std::string damage = internal::zip_damage(data, size); !damage.empty())
     throw ScalerError(errc::bad_checkpoint,
-                      "checkpoint '" + path + "' is truncated or corrupt: " + damage);
+                      "checkpoint '" + name + "' is truncated or corrupt: " + damage);
   try {
     torch::serialize::InputArchive fresh;
-    fresh.load_from(bytes.data(), bytes.size());
+    fresh.load_from(data, size);
     archive = std::move(fresh);
   } catch (const std::exception& e) {
     throw ScalerError(errc::bad_checkpoint,
-                      "checkpoint '" + path + "' is truncated or corrupt: " + first_line(e.what()));
+                      "checkpoint '" + name + "' is truncated or corrupt: " + first_line(e.what()));
   }
 }
 
 StateDict read_torch_state_dict(const std::string& path) {
   const std::vector<char> bytes = read_whole(path);
-  if (const std::string damage = internal::zip_damage(bytes.data(), bytes.size()); !damage.empty())
+  return read_torch_state_dict(bytes.data(), bytes.size(), path);
+}
+
+StateDict read_torch_state_dict(const char* data, std::size_t size, const std::string& name) {
+  if (const std::string damage = internal::zip_damage(data, size); !damage.empty())
     throw ScalerError(errc::bad_checkpoint,
-                      "'" + path + "' is not a whole file written by torch.save: " + damage);
-  c10::IValue v;
+                      "'" + name + "' is not a whole file written by torch.save: " + damage);
+  // The pickle comes out of the (CRC-checked) zip through LibTorch's reader and is read by
+  // ampactor's own strict one, never by LibTorch's unpickler.
+  std::vector<char> pickle;
   try {
-    v = torch::jit::pickle_load(bytes);
+    std::istringstream in(std::string(data, size));
+    caffe2::serialize::PyTorchStreamReader zip(&in);
+    auto [bytes, n] = zip.getRecord("data.pkl");
+    const char* p = static_cast<const char*>(bytes.get());
+    pickle.assign(p, p + n);
   } catch (const std::exception& e) {
-    throw ScalerError(errc::bad_checkpoint, "'" + path + "' is not a file written by torch.save: " +
+    throw ScalerError(errc::bad_checkpoint, "'" + name + "' is not a file written by torch.save: " +
                                                 first_line(e.what()));
   }
-  if (!v.isGenericDict())
-    throw ScalerError(errc::bad_checkpoint,
-                      "'" + path + "' holds a " + v.tagKind() + ", not a GradScaler state_dict");
   StateDict sd;
-  for (const auto& item : v.toGenericDict()) {
-    if (!item.key().isString())
-      throw ScalerError(
-          errc::bad_checkpoint,
-          "'" + path + "': a state_dict's keys are strings, got a " + item.key().tagKind());
-    const std::string key = item.key().toStringRef();
-    const c10::IValue& value = item.value();
-    if (value.isDouble())
-      sd.set(key, value.toDouble());
-    else if (value.isInt())
-      sd.set(key, value.toInt());
-    else
-      throw ScalerError(errc::bad_checkpoint, "'" + path + "': state_dict['" + key +
-                                                  "'] must be a float or an int, got a " +
-                                                  value.tagKind());
+  try {
+    sd = internal::unpickle_state_dict(pickle.data(), pickle.size());
+  } catch (const internal::PickleProblem& e) {
+    throw ScalerError(errc::bad_checkpoint,
+                      "'" + name + "' is not a GradScaler state_dict: " + e.what());
   }
   return sd;
 }

@@ -200,7 +200,9 @@ TEST_CASE("read_torch_state_dict reads what torch.save(scaler.state_dict()) wrot
         read_torch_state_dict(std::string(AMPACTOR_TORCH_FIXTURES) + "/" + name + ".pt");
     const nlohmann::json& want = expected.at(name);
     CHECK(sd.size() == want.size());
-    for (const auto& [key, value] : want.items()) {
+    for (const auto& item : want.items()) {
+      const std::string key = item.key();  // a structured binding cannot be captured (C++17)
+      const nlohmann::json& value = item.value();
       CAPTURE(key);
       REQUIRE(sd.contains(key));
       if (value.is_number_float())

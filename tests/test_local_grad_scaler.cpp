@@ -85,10 +85,11 @@ errc code_of(F&& f) {
 // poisoned; scale == 128 * 2^unskipped * backoff^skipped and the parameters equal an fp32 run
 // without scaling that skips the same iteration. Powers of two make the comparison exact.
 TEST_CASE("scaling harness: trajectory and parameters equal an fp32 control run") {
-  for (auto [name, factory] : {std::pair{"SGD", sgd()}, std::pair{"Adam", adam()}})
+  for (const auto& [name_, factory] : {std::pair{"SGD", sgd()}, std::pair{"Adam", adam()}})
     for (bool enabled : {true, false})
       for (double poison : {double(INFINITY), double(NAN)})
         for (bool round_trip : {false, true}) {
+          const char* name = name_;  // a structured binding cannot be captured (C++17)
           CAPTURE(name);
           CAPTURE(enabled);
           CAPTURE(poison);

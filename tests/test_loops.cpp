@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cpu_features.h"
 #include "loops.h"
 
 using ampactor::kernels::cpu::ElemType;
@@ -18,9 +19,7 @@ namespace {
 
 std::vector<const LoopTable*> tables() {
   std::vector<const LoopTable*> out{&ampactor::kernels::cpu::baseline_loops()};
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("fma"))
+  if (ampactor::kernels::cpu::has_avx2_f16c_fma())
     out.push_back(&ampactor::kernels::cpu::avx2_loops());
   else
     MESSAGE("this CPU has no AVX2/F16C/FMA: only the baseline loops are tested");

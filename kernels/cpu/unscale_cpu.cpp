@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../cuda/dispatch.h"
+#include "cpu_features.h"
 #include "loops.h"
 
 namespace ampactor::kernels {
@@ -20,10 +21,7 @@ namespace cpu {
 
 const LoopTable& loops() {
   static const LoopTable& chosen = []() -> const LoopTable& {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-        __builtin_cpu_supports("fma"))
-      return avx2_loops();
+    if (has_avx2_f16c_fma()) return avx2_loops();
     return baseline_loops();
   }();
   return chosen;

@@ -7,6 +7,7 @@
 // write_torch_state_dict writes what torch.load(path) reads and GradScaler.load_state_dict takes.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include <ampactor/scaler/state_dict.h>
@@ -35,10 +36,16 @@ void save_atomically(torch::serialize::OutputArchive& archive, const std::string
 /// Reads the checkpoint at `path` into `archive`. A missing, truncated or corrupt file throws
 /// ScalerError(errc::bad_checkpoint) naming the path and what is wrong.
 void load_checkpoint(torch::serialize::InputArchive& archive, const std::string& path);
+/// As load_checkpoint, from `size` bytes in memory (a checkpoint received over a network, say);
+/// `name` stands for the path in errors. The bytes are read, never kept.
+void load_checkpoint(torch::serialize::InputArchive& archive, const char* data, std::size_t size,
+                     const std::string& name);
 
 /// The GradScaler state_dict in a file written by PyTorch's torch.save(scaler.state_dict(), f).
 /// A file that is not such a dict: ScalerError(errc::bad_checkpoint).
 StateDict read_torch_state_dict(const std::string& path);
+/// As read_torch_state_dict, from `size` bytes in memory; `name` stands for the path in errors.
+StateDict read_torch_state_dict(const char* data, std::size_t size, const std::string& name);
 /// Writes `sd` as torch.save(state_dict, path) would (atomically, as save_atomically).
 void write_torch_state_dict(const StateDict& sd, const std::string& path);
 
