@@ -157,10 +157,13 @@ float GradScaler::Impl::ensure_scale() {
     drain();
     while (!m.applied || m.applied->k < m.k - 1)
       receive_one();
+    if (m.applied->halted) throw ScalerError(errc::scale_at_minimum, texts::scale_at_minimum);
     m.scale_k = m.applied->scale;
   }
   if (!m.scale_k && !m.ask_for_scale && setup.policy == ScalePolicy::lagged) {
     drain();
+    if (m.applied && m.applied->halted)
+      throw ScalerError(errc::scale_at_minimum, texts::scale_at_minimum);
     if (m.applied) m.scale_k = m.applied->scale;
   }
   if (!m.scale_k) {

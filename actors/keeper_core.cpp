@@ -145,7 +145,10 @@ void KeeperCore::on(peer_id from, std::uint64_t request, const ScaleRequest& r) 
   }
   state_.lazy_init();
   if (policy_ == ScalePolicy::lagged || queue_.empty()) {
-    reply(from, request, r.k, ScaleReply{r.k, state_.scale()});
+    if (halted_)
+      reply(from, request, r.k, *halted_);
+    else
+      reply(from, request, r.k, ScaleReply{r.k, state_.scale()});
     return;
   }
   queue_.push_back(Queued{from, request, r});
@@ -198,6 +201,7 @@ void KeeperCore::apply(const KeeperInput& in) {
   const bool abandoned = closed != closed_.end() && closed->second.abandoned;
   if (auto* s = std::get_if<SetScale>(&in); s && !(s->after_jobs && abandoned)) {
     state_.set_scale(s->new_scale);
+    halted_.reset();  // a scale the user chose ends a halt at the minimum
   } else if (s) {
     out.abandoned = true;  // its jobs failed or were cancelled: as any update, it changes nothing
   } else if (closed != closed_.end() &&
@@ -216,9 +220,16 @@ void KeeperCore::apply(const KeeperInput& in) {
     if (stale) {
       state_.reset_tracker();
     } else {
-      const UpdateOutcome o = state_.update(got.found_inf);
-      out.backed_off = o.backed_off;
-      out.grew = o.grew;
+      try {
+        const UpdateOutcome o = state_.update(got.found_inf);
+        out.backed_off = o.backed_off;
+        out.grew = o.grew;
+      } catch (const ScalerError& e) {
+        // The deepspeed rule at its minimum: the state stays; every later scale request gets
+        // the error (the trainer's next scale() throws it) until update(new_scale) or a load.
+        halted_ = KeeperError{e.code(), e.what()};
+        out.halted = true;
+      }
     }
   }
   unscales_.erase(k);
@@ -248,7 +259,10 @@ void KeeperCore::answer(const Queued& q) {
         using T = std::decay_t<decltype(m)>;
         std::optional<KeeperError> err;
         if constexpr (std::is_same_v<T, ScaleRequest>) {
-          reply(q.from, q.request, m.k, ScaleReply{m.k, state_.scale()});
+          if (halted_)
+            reply(q.from, q.request, m.k, *halted_);
+          else
+            reply(q.from, q.request, m.k, ScaleReply{m.k, state_.scale()});
           return;
         } else if constexpr (std::is_same_v<T, GetStateDict>) {
           reply(q.from, q.request, -1, to_message(make_state_dict(state_)));
@@ -261,6 +275,7 @@ void KeeperCore::answer(const Queued& q) {
           err = attempt([&] { state_.set_growth_interval(m.value); });
         } else if constexpr (std::is_same_v<T, LoadStateDict>) {
           err = attempt([&] { load_state_dict(state_, from_message(m.state)); });
+          if (!err) halted_.reset();
         }
         if (err)
           reply(q.from, q.request, -1, std::move(*err));

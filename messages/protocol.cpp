@@ -18,6 +18,8 @@ StateDictMsg to_message(const StateDict& sd) {
   m.backoff_factor = sd.get_double("backoff_factor");
   m.growth_interval = sd.get_int("growth_interval");
   m.growth_tracker = sd.get_int("_growth_tracker");
+  m.has_hysteresis_tracker = sd.contains("_hysteresis_tracker");
+  if (m.has_hysteresis_tracker) m.hysteresis_tracker = sd.get_int("_hysteresis_tracker");
   return m;
 }
 
@@ -29,6 +31,7 @@ StateDict from_message(const StateDictMsg& m) {
   sd.set("backoff_factor", m.backoff_factor);
   sd.set("growth_interval", m.growth_interval);
   sd.set("_growth_tracker", m.growth_tracker);
+  if (m.has_hysteresis_tracker) sd.set("_hysteresis_tracker", m.hysteresis_tracker);
   return sd;
 }
 

@@ -75,6 +75,10 @@ const char* to_string(errc code) {
       return "bad_parameters";
     case errc::bad_checkpoint:
       return "bad_checkpoint";
+    case errc::bad_rule:
+      return "bad_rule";
+    case errc::scale_at_minimum:
+      return "scale_at_minimum";
   }
   return "unknown";
 }

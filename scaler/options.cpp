@@ -99,6 +99,7 @@ void GradScalerOptions::validate() const {
   check_backoff_factor(backoff_factor_, /*torch_text=*/true);
   check_growth_interval(growth_interval_);
   check_init_scale(init_scale_);
+  check_rule(scale_rule());
 }
 
 }  // namespace ampactor

@@ -3,6 +3,7 @@
 #include <ampactor/scaler/state_dict.h>
 
 #include <cmath>
+#include <cstdint>
 
 namespace ampactor {
 
@@ -24,6 +25,12 @@ std::int64_t StateDict::get_int(const std::string& key) const {
   return std::get<std::int64_t>(it->second);
 }
 
+namespace {
+bool has_hysteresis(RuleKind k) {
+  return k == RuleKind::deepspeed || k == RuleKind::megatron || k == RuleKind::colossalai;
+}
+}  // namespace
+
 StateDict make_state_dict(const ScaleState& state) {
   StateDict sd;
   sd.set("scale", state.get_scale());
@@ -31,6 +38,7 @@ StateDict make_state_dict(const ScaleState& state) {
   sd.set("backoff_factor", state.backoff_factor());
   sd.set("growth_interval", state.growth_interval());
   sd.set("_growth_tracker", state.growth_tracker());
+  if (has_hysteresis(state.rule().kind)) sd.set("_hysteresis_tracker", state.hysteresis_tracker());
   return sd;
 }
 
@@ -52,14 +60,30 @@ void load_state_dict(ScaleState& state, const StateDict& sd) {
     throw ScalerError(
         errc::bad_state_dict,
         "state_dict['_growth_tracker'] must be in [0, 2^31), got " + std::to_string(tracker));
+  // ampactor's own key, for the rules with hysteresis (megatron's tracker goes below 0); a dict
+  // without it (torch's) leaves the hysteresis full.
+  std::int64_t hysteresis = state.rule().hysteresis;
+  if (sd.contains("_hysteresis_tracker")) {
+    hysteresis = sd.get_int("_hysteresis_tracker");
+    if (hysteresis < INT32_MIN || hysteresis > INT32_MAX)
+      throw ScalerError(
+          errc::bad_state_dict,
+          "state_dict['_hysteresis_tracker'] must fit in int32, got " + std::to_string(hysteresis));
+  }
   try {
     check_growth_factor(growth);
     check_backoff_factor(backoff);
     check_growth_interval(interval);
+    ScaleRule rule = state.rule();
+    rule.growth_factor = growth;
+    rule.backoff_factor = backoff;
+    rule.growth_interval = interval;
+    check_rule(rule);
   } catch (const ScalerError& e) {
     throw ScalerError(errc::bad_state_dict, std::string("state_dict: ") + e.what());
   }
   state.load(scale, growth, backoff, interval, tracker);
+  state.load_hysteresis(hysteresis);
 }
 
 }  // namespace ampactor

@@ -36,7 +36,8 @@ auto fields(const UpdateScale& x) {
   return std::tie(x.k, x.unscales);
 }
 auto fields(const UpdateApplied& x) {
-  return std::tie(x.k, x.scale, x.growth_tracker, x.found_inf, x.backed_off, x.grew, x.abandoned);
+  return std::tie(x.k, x.scale, x.growth_tracker, x.found_inf, x.backed_off, x.grew, x.abandoned,
+                  x.halted);
 }
 auto fields(const ScaleParams& x) {
   return std::tie(x.applied_through, x.scale, x.growth_factor, x.backoff_factor, x.growth_interval,
@@ -62,7 +63,7 @@ auto fields(const SetScale& x) {
 }
 auto fields(const StateDictMsg& x) {
   return std::tie(x.empty, x.scale, x.growth_factor, x.backoff_factor, x.growth_interval,
-                  x.growth_tracker);
+                  x.growth_tracker, x.has_hysteresis_tracker, x.hysteresis_tracker);
 }
 auto fields(const GetStateDict&) {
   return std::tuple<>();
@@ -131,7 +132,7 @@ TEST_CASE("every registered message type round-trips through CAF's serializer, f
   check(UnscaleDone{11, 0x1234567890ULL, true, 0.25f});
   check(two_steps()[0]);
   check(UpdateScale{12, 3});
-  check(UpdateApplied{13, 32768.0f, 1999, true, true, false, true});
+  check(UpdateApplied{13, 32768.0f, 1999, true, true, false, true, true});
   check(ScaleParams{14, 4096.0, 2.5, 0.125, 1 << 30, 17});
   check(GetParams{true});
   check(SetGrowthFactor{3.75});
@@ -139,7 +140,7 @@ TEST_CASE("every registered message type round-trips through CAF's serializer, f
   check(SetGrowthInterval{2147483647});
   check(UpdateWhenClosed{15});
   check(SetScale{16, 1.0e30, true});  // every field off its default
-  const StateDictMsg sd{false, 8192.0, 2.0, 0.5, 2000, 123};
+  const StateDictMsg sd{false, 8192.0, 2.0, 0.5, 2000, 123, true, -2};
   check(sd);
   check(GetStateDict{});
   check(LoadStateDict{sd});

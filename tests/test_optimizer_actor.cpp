@@ -35,7 +35,7 @@ struct OptFixture : Fixture {
     caf::anon_send_exit(optimizer, caf::exit_reason::user_shutdown);
     sched.run();
   }
-  ScaleParams params(iteration_t k) {
+  ScaleParams params(iteration_t) {
     send(GetParams{true});
     auto p = take<ScaleParams>();
     REQUIRE(p);

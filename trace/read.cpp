@@ -214,15 +214,38 @@ TraceHeader read_header(const json& j) {
   Reader ro{o, "header.options"};
   OptionValues values;
   values.apply(ro);
+  RuleValues rule;
+  if (o.contains("rule")) {
+    const json& jr = ro.at("rule");
+    if (!jr.is_object()) ro.wrong("rule", jr, "an object");
+    Reader rr{jr, "header.options.rule"};
+    rule.apply(rr);
+    rr.done();
+  }
   ro.done();
   r.done();
   try {
     h.opts = values.options();
+    rule.set(h.opts);
     h.opts.validate();
   } catch (const ScalerError& e) {
     throw Bad(std::string("header.options: ") + e.what());
   }
   return h;
+}
+
+/// A version 1 to 3 message with version 4's fields: no rule raised (UpdateApplied.halted) and
+/// none had hysteresis (StateDict's, also inside LoadStateDict).
+json upgrade_to_v4(const std::string& type, const json& msg) {
+  json m = msg;
+  if (type == "UpdateApplied" && !m.contains("halted")) m["halted"] = false;
+  json* sd = type == "StateDict" ? &m : nullptr;
+  if (type == "LoadStateDict" && m.contains("state") && m["state"].is_object()) sd = &m["state"];
+  if (sd && !sd->contains("has_hysteresis_tracker")) {
+    (*sd)["has_hysteresis_tracker"] = false;
+    (*sd)["hysteresis_tracker"] = 0;
+  }
+  return m;
 }
 
 TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
@@ -238,9 +261,10 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
   r("to", e.to);
   std::string type;
   r("type", type);
-  const json& msg = r.at("msg");
-  if (!msg.is_object()) r.wrong("msg", msg, "an object");
+  const json& raw = r.at("msg");
+  if (!raw.is_object()) r.wrong("msg", raw, "an object");
   r.done();
+  const json msg = version <= 3 ? upgrade_to_v4(type, raw) : raw;
   std::optional<TraceMessage> v1_msg;
   if (version == 1) v1_msg = read_v1(type, msg);
   if (v1_msg) {
@@ -344,7 +368,7 @@ Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
       if (!have_header) {
         t.header = read_header(j);
         have_header = true;
-        t.complete = t.header.version < 3;  // version 3 is complete once its trailer is read
+        t.complete = t.header.version < 3;  // from version 3, complete once its trailer is read
       } else if (t.header.version >= 3 && j.is_object() && j.contains("end")) {
         read_trailer(j, t.events.size());
         trailer_seen = true;

@@ -60,7 +60,8 @@ template <class F>
 void fields(F& f, StateDictMsg& x) {
   f("empty", x.empty), f("scale", x.scale), f("growth_factor", x.growth_factor),
       f("backoff_factor", x.backoff_factor), f("growth_interval", x.growth_interval),
-      f("growth_tracker", x.growth_tracker);
+      f("growth_tracker", x.growth_tracker), f("has_hysteresis_tracker", x.has_hysteresis_tracker),
+      f("hysteresis_tracker", x.hysteresis_tracker);
 }
 template <class F>
 void fields(F& f, LoadStateDict& x) {
@@ -84,7 +85,7 @@ template <class F>
 void fields(F& f, UpdateApplied& x) {
   f("k", x.k), f("scale", x.scale), f("growth_tracker", x.growth_tracker),
       f("found_inf", x.found_inf), f("backed_off", x.backed_off), f("grew", x.grew),
-      f("abandoned", x.abandoned);
+      f("abandoned", x.abandoned), f("halted", x.halted);
 }
 template <class F>
 void fields(F& f, TraceErrorReply& x) {
@@ -125,7 +126,7 @@ struct has_k : std::false_type {};
 template <class T>
 struct has_k<T, std::void_t<decltype(T::k)>> : std::true_type {};
 
-constexpr int errc_last = static_cast<int>(errc::bad_checkpoint);
+constexpr int errc_last = static_cast<int>(errc::scale_at_minimum);
 
 inline const char* policy_name(ScalePolicy p) {
   return p == ScalePolicy::lagged ? "lagged" : "exact";
@@ -156,6 +157,48 @@ struct OptionValues {
   GradScalerOptions options() const {
     return GradScalerOptions::positional(init_scale, growth_factor, backoff_factor, growth_interval,
                                          enabled, allow_fp16_grads);
+  }
+};
+
+/// The header's update rule (an optional "rule" object in "options", written only for a rule
+/// other than torch's plain one), between the file and GradScalerOptions' checked setters.
+struct RuleValues {
+  std::string kind = "torch";
+  double min_scale = 0, max_scale = INFINITY;
+  std::int64_t hysteresis = 1;
+  bool consecutive_hysteresis = false, raise_at_min_scale = false;
+
+  RuleValues() = default;
+  explicit RuleValues(const GradScalerOptions& o)
+      : kind(rule_name(o.rule())),
+        min_scale(o.min_scale()),
+        max_scale(o.max_scale()),
+        hysteresis(o.hysteresis()),
+        consecutive_hysteresis(o.consecutive_hysteresis()),
+        raise_at_min_scale(o.raise_at_min_scale()) {}
+  /// Whether a header needs the object (torch's rule without bounds does not).
+  bool needed() const { return RuleValues() != *this; }
+  bool operator!=(const RuleValues& o) const {
+    return kind != o.kind || min_scale != o.min_scale || max_scale != o.max_scale ||
+           hysteresis != o.hysteresis || consecutive_hysteresis != o.consecutive_hysteresis ||
+           raise_at_min_scale != o.raise_at_min_scale;
+  }
+  template <class F>
+  void apply(F& f) {
+    f("kind", kind), f("min_scale", min_scale), f("max_scale", max_scale),
+        f("hysteresis", hysteresis), f("consecutive_hysteresis", consecutive_hysteresis),
+        f("raise_at_min_scale", raise_at_min_scale);
+  }
+  /// `o` with this rule; throws ScalerError for a value a setter refuses.
+  void set(GradScalerOptions& o) const {
+    const auto k = rule_from_name(kind);
+    if (!k) throw ScalerError(errc::bad_rule, "unknown rule \"" + kind + "\"");
+    o.rule(*k)
+        .min_scale(min_scale)
+        .max_scale(max_scale)
+        .hysteresis(hysteresis)
+        .consecutive_hysteresis(consecutive_hysteresis)
+        .raise_at_min_scale(raise_at_min_scale);
   }
 };
 

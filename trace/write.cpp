@@ -145,6 +145,12 @@ std::string to_json_line(const TraceHeader& h) {
   ojson o = ojson::object();
   Writer w{o};
   OptionValues(h.opts).apply(w);
+  if (RuleValues rule(h.opts); rule.needed()) {
+    ojson r = ojson::object();
+    Writer wr{r};
+    rule.apply(wr);
+    o["rule"] = std::move(r);
+  }
   ojson j = {{"trace", "ampactor"},
              {"version", trace_schema_version},
              {"policy", policy_name(h.policy)},

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -136,6 +137,8 @@ class KeeperCore {
 
   ScaleState state_;
   ScalePolicy policy_;
+  /// Set when an update raised (the deepspeed rule at its minimum): scale requests get it.
+  std::optional<KeeperError> halted_;
   iteration_t applied_through_ = -1;
   std::map<iteration_t, Unscales> unscales_;
   /// What the optimizer said of iterations it closed.

@@ -59,7 +59,7 @@ typename Inspector::result_type inspect(Inspector& f, SetScale& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateApplied& x) {
   return f(caf::meta::type_name("UpdateApplied"), x.k, x.scale, x.growth_tracker, x.found_inf,
-           x.backed_off, x.grew, x.abandoned);
+           x.backed_off, x.grew, x.abandoned, x.halted);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScaleParams& x) {
@@ -85,7 +85,8 @@ typename Inspector::result_type inspect(Inspector& f, SetGrowthInterval& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StateDictMsg& x) {
   return f(caf::meta::type_name("StateDictMsg"), x.empty, x.scale, x.growth_factor,
-           x.backoff_factor, x.growth_interval, x.growth_tracker);
+           x.backoff_factor, x.growth_interval, x.growth_tracker, x.has_hysteresis_tracker,
+           x.hysteresis_tracker);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, GetStateDict&) {

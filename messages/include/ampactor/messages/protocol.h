@@ -168,6 +168,9 @@ struct UpdateApplied {
   /// The iteration was abandoned (a job failed or was cancelled, or no inf checks were
   /// recorded): nothing changed.
   bool abandoned = false;
+  /// The update raised (the deepspeed rule at its minimum, errc::scale_at_minimum): nothing
+  /// changed, and the trainer's next scale() throws until update(new_scale) or a load.
+  bool halted = false;
 };
 
 /// The keeper's parameters, as the getters report them.
@@ -208,6 +211,9 @@ struct StateDictMsg {
   double backoff_factor = 0;
   std::int64_t growth_interval = 0;
   std::int64_t growth_tracker = 0;
+  /// The rules with hysteresis add "_hysteresis_tracker" to the state_dict.
+  bool has_hysteresis_tracker = false;
+  std::int64_t hysteresis_tracker = 0;
 };
 StateDictMsg to_message(const StateDict& sd);
 /// Keeps exactly the keys a StateDictMsg has (ints stay ints).

@@ -69,6 +69,12 @@ enum class errc : std::uint8_t {
   /// A checkpoint that cannot be written, or read back: missing, truncated, corrupt, or holding
   /// state that does not fit what it is loaded into (other parameters, shapes or options).
   bad_checkpoint,
+  /// An update rule's options that its kind cannot take (options.h, rule_options.cpp): a min_scale
+  /// or max_scale out of range, hysteresis on a rule without it, a factor a peer fixes.
+  bad_rule,
+  /// The deepspeed rule with raise_at_min_scale: an overflow with the scale already at min_scale
+  /// (DeepSpeed raises; nothing changed).
+  scale_at_minimum,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".
@@ -113,6 +119,9 @@ inline constexpr const char* growth_factor = "The growth factor must be > 1.0.";
 inline constexpr const char* float_overflow =
     "value cannot be converted to type float without overflow";
 inline constexpr const char* backoff_factor = "The backoff factor must be < 1.0.";
+/// DeepSpeed's text when its scale cannot back off below its minimum.
+inline constexpr const char* scale_at_minimum =
+    "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.";
 // ampactor's own (torch has no thread rule and no step jobs), in torch's style.
 inline constexpr const char* update_off_main_thread =
     "GradScaler.update() must be called from the main thread.";

@@ -2,10 +2,14 @@
 // GradScalerOptions().init_scale(1024).growth_interval(100).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include <ampactor/scaler/arg.h>
 #include <ampactor/scaler/errors.h>
+#include <ampactor/scaler/update_rule.h>
 
 namespace ampactor {
 
@@ -24,6 +28,18 @@ class GradScalerOptions {
   AMPACTOR_ARG_ANY(bool, enabled, true);
   /// ampactor extension: let unscale_ take fp16 gradients (torch refuses them with a ValueError).
   AMPACTOR_ARG_ANY(bool, allow_fp16_grads, false);
+  /// Whose update rule (README "Update rules"); the presets below set a peer's rule together with
+  /// its defaults. Which of the next options a rule takes is checked by validate().
+  AMPACTOR_ARG_ANY(RuleKind, rule, RuleKind::torch);
+  /// A floor (0: none) and a ceiling (inf: none) on the scale, each finite and > 0 as a float.
+  AMPACTOR_ARG(double, min_scale, 0.0);
+  AMPACTOR_ARG(double, max_scale, INFINITY);
+  /// Overflows it takes to back off (deepspeed, megatron, colossalai); an int32.
+  AMPACTOR_ARG(std::int64_t, hysteresis, 1);
+  /// deepspeed: every clean step refills the hysteresis (so only consecutive overflows count).
+  AMPACTOR_ARG_ANY(bool, consecutive_hysteresis, false);
+  /// deepspeed: an overflow with the scale at min_scale is an error (errc::scale_at_minimum).
+  AMPACTOR_ARG_ANY(bool, raise_at_min_scale, false);
 
  public:
   /// Throws ScalerError unless growth_factor > 1, 0 < backoff_factor < 1,
@@ -35,7 +51,29 @@ class GradScalerOptions {
                                       double backoff_factor, std::int64_t growth_interval,
                                       bool enabled, bool allow_fp16_grads = false);
   void validate() const;
+
+  /// The peers' rules with their own defaults (README "Update rules" lists them). Each is a
+  /// starting point: every option can still be set after it.
+  static GradScalerOptions deepspeed();
+  static GradScalerOptions megatron();
+  static GradScalerOptions apex();
+  static GradScalerOptions colossalai();
+  static GradScalerOptions keras();
+  static GradScalerOptions tf();
+  static GradScalerOptions jmp();
+
+  /// The update rule these options describe.
+  ScaleRule scale_rule() const;
 };
+
+/// Throws ScalerError(bad_rule) unless `rule`'s kind takes its fields: min_scale and max_scale
+/// where the kind has them, hysteresis only for deepspeed, megatron and colossalai, the factors
+/// a peer fixes (apex and keras: 2 and 0.5; deepspeed, tf and jmp divide by growth_factor, so
+/// backoff_factor must be 1 / growth_factor).
+void check_rule(const ScaleRule& rule);
+/// "torch", "deepspeed", ...; and back (nullopt for an unknown name).
+const char* rule_name(RuleKind kind);
+std::optional<RuleKind> rule_from_name(const std::string& name);
 
 /// Individual checks, shared by the constructor, the setters and load_state_dict. torch_text:
 /// torch's constructor text alone (torch checks nothing else); otherwise the value is appended.

@@ -33,17 +33,23 @@ class ScaleState {
   /// The inverse for unscaling: the reciprocal in double, rounded to float, as torch computes it.
   float inv_scale() const { return float(1.0 / double(*scale_)); }
   std::int64_t growth_tracker() const { return scale_ ? tracker_ : init_tracker_; }
+  /// Overflows the hysteresis still absorbs (rules with hysteresis; see ScaleRuleState).
+  std::int64_t hysteresis_tracker() const { return scale_ ? hysteresis_ : init_hysteresis_; }
 
   double growth_factor() const { return rule_.growth_factor; }
   double backoff_factor() const { return rule_.backoff_factor; }
   std::int64_t growth_interval() const { return rule_.growth_interval; }
   const ScaleRule& rule() const { return rule_; }
-  /// Setters check their value (ScalerError) and change nothing when it is refused.
+  /// Setters check their value (ScalerError) and change nothing when it is refused. Rules with
+  /// one factor (deepspeed, tf, jmp) take growth_factor and derive backoff_factor = 1 / it, and
+  /// refuse set_backoff_factor; apex and keras refuse both (their factors are fixed).
   void set_growth_factor(double v);
   void set_backoff_factor(double v);
   void set_growth_interval(std::int64_t v);
 
-  /// One update after an iteration. Requires initialized().
+  /// One update after an iteration. Requires initialized(). The deepspeed rule with
+  /// raise_at_min_scale throws ScalerError(scale_at_minimum) where DeepSpeed raises, and changes
+  /// nothing. The first time the scale falls below 1, says so once on stderr.
   UpdateOutcome update(bool found_inf);
   /// An overflow that is not backed off again (the lagged policy's second report of one event):
   /// the tracker restarts, the scale stays. Requires initialized().
@@ -56,6 +62,8 @@ class ScaleState {
   /// become the initial values; after, the live ones.
   void load(double scale, double growth_factor, double backoff_factor, std::int64_t growth_interval,
             std::int64_t growth_tracker);
+  /// The hysteresis tracker, loaded as load() loads the rest.
+  void load_hysteresis(std::int64_t hysteresis_tracker);
 
   bool operator==(const ScaleState& o) const;
   bool operator!=(const ScaleState& o) const { return !(*this == o); }
@@ -65,7 +73,10 @@ class ScaleState {
   std::int64_t init_tracker_ = 0;
   std::optional<float> scale_;
   std::int32_t tracker_ = 0;
+  std::int64_t init_hysteresis_;
+  std::int32_t hysteresis_ = 1;
   ScaleRule rule_;
+  bool said_below_one_ = false;
 };
 
 }  // namespace ampactor

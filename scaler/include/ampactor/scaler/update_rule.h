@@ -14,19 +14,33 @@
 
 namespace ampactor {
 
-/// The parameters of the rule, as plain data a kernel takes by value. Other rules (e.g.
-/// DeepSpeed's hysteresis and min/max scale) are meant to join as more fields and a kind to
-/// switch on; today it is torch's rule alone.
+/// Whose update rule: torch's (the default) or a peer's, each bit for bit as its published
+/// source has it (README "Update rules"; the sources and commits are cited in apply_scale_rule).
+enum class RuleKind : std::uint8_t { torch, deepspeed, megatron, apex, colossalai, keras, tf, jmp };
+
+/// The parameters of the rule, as plain data a kernel takes by value. Which fields a kind uses,
+/// and which values it takes, is checked by GradScalerOptions (options.h).
 struct ScaleRule {
   double growth_factor;
   double backoff_factor;
   std::int64_t growth_interval;
+  RuleKind kind = RuleKind::torch;
+  double min_scale = 0;         // a floor; 0: none
+  double max_scale = INFINITY;  // a ceiling; inf: none
+  /// Overflows it takes to back off (deepspeed's delayed_shift, megatron's and colossalai's
+  /// hysteresis); 1: every overflow backs off.
+  std::int32_t hysteresis = 1;
+  bool consecutive_hysteresis = false;  // deepspeed: a clean step refills the hysteresis
+  bool raise_at_min_scale = false;      // deepspeed: a backoff due at min_scale is an error
 };
 
 /// What the rule acts on: torch keeps the scale as float and the tracker as int32.
 struct ScaleRuleState {
   float scale;
   std::int32_t growth_tracker;
+  /// Overflows the hysteresis still absorbs (deepspeed's cur_hysteresis; megatron's
+  /// _hysteresis_tracker, which goes below 0; colossalai's hysteresis minus its _hysteresis_step).
+  std::int32_t hysteresis_tracker = 1;
 };
 
 /// What one application of the update rule did.
@@ -34,6 +48,10 @@ struct UpdateOutcome {
   bool backed_off = false;      // found_inf: scale *= backoff, tracker reset
   bool grew = false;            // tracker reached the interval and the grown scale was finite
   bool growth_refused = false;  // tracker reached the interval but the grown scale was not finite
+  bool absorbed = false;        // found_inf absorbed by the hysteresis: the scale stays
+  /// deepspeed with raise_at_min_scale: a backoff was due with the scale at min_scale. Nothing
+  /// changed; the scaler reports the error (deepspeed raises).
+  bool at_min_scale = false;
 };
 
 namespace detail {
@@ -47,34 +65,10 @@ AMPACTOR_HOST_DEVICE inline bool finite(float x) {
 }
 }  // namespace detail
 
-/// torch's _amp_update_scale_, bit for bit. Products are taken in double (the factors are doubles
-/// in torch) and rounded to float once. Growth happens when the tracker reaches the interval
-/// exactly (`==`, not `>=`: an interval lowered below the tracker stalls growth until the next
-/// backoff, as in torch), and only to a finite scale. A tracker at INT32_MAX stays there where
-/// torch's int32 `tracker + 1` would overflow.
+/// torch's _amp_update_scale_ and the peers' rules, bit for bit (rules.h has them).
 AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_scale_rule(const ScaleRule& rule,
-                                                           ScaleRuleState& state, bool found_inf) {
-  UpdateOutcome out;
-  if (found_inf) {
-    state.scale = static_cast<float>(double(state.scale) * rule.backoff_factor);
-    state.growth_tracker = 0;
-    out.backed_off = true;
-    return out;
-  }
-  const std::int64_t successful = std::int64_t(state.growth_tracker) + 1;
-  if (successful == rule.growth_interval) {
-    const float grown = static_cast<float>(double(state.scale) * rule.growth_factor);
-    if (detail::finite(grown)) {
-      state.scale = grown;
-      out.grew = true;
-    } else {
-      out.growth_refused = true;
-    }
-    state.growth_tracker = 0;
-  } else if (successful <= INT32_MAX) {
-    state.growth_tracker = static_cast<std::int32_t>(successful);
-  }
-  return out;
-}
+                                                           ScaleRuleState& state, bool found_inf);
 
 }  // namespace ampactor
+
+#include <ampactor/scaler/rules.h>

@@ -26,7 +26,7 @@ namespace ampactor {
 /// The schema version written in every header. Version 3 ends a complete trace with a trailer
 /// line ({"end":"ampactor","events":N}); version 2 files (no trailer) and version 1 files (whose
 /// UpdateScale carried flags and whose monitor queries carried an iteration) are read too.
-inline constexpr int trace_schema_version = 3;
+inline constexpr int trace_schema_version = 4;
 
 /// First line of a trace: what a fresh keeper needs to be rebuilt.
 struct TraceHeader {

@@ -1,0 +1,93 @@
+// The peers' update rules through the actor-backed GradScaler: the keeper applies the same rule
+// as the thread-free scaler, and deepspeed's error at its minimum reaches the main thread.
+#include "grad_scaler_fixture.h"
+#include "refusal.h"
+
+using ampactor::test::Refusal;
+using ampactor::test::refusal_of;
+
+TEST_CASE("peer rules, real threads: the GradScaler's trajectory equals the thread-free one") {
+  struct Case {
+    const char* name;
+    GradScalerOptions o;
+  };
+  // Short intervals and a start near the workload's overflow threshold, so that every run both
+  // grows and backs off; deepspeed without its error at the minimum (tested below).
+  const Case cases[] = {
+      {"deepspeed", GradScalerOptions::deepspeed().raise_at_min_scale(false).hysteresis(3)},
+      {"megatron", GradScalerOptions::megatron()},
+      {"apex", GradScalerOptions::apex().max_scale(65536)},
+      {"colossalai", GradScalerOptions::colossalai()},
+      {"keras", GradScalerOptions::keras()},
+      {"tf", GradScalerOptions::tf()},
+      {"jmp", GradScalerOptions::jmp().min_scale(4)},
+  };
+  const Workload w{3};
+  const Trajectory torch = run_reference(opts(65536, 2, 0.5, 3), w, false);
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const GradScalerOptions o = GradScalerOptions(c.o).init_scale(65536).growth_interval(3);
+    const Trajectory ref = run_reference(o, w, false);
+    const Trajectory act = run_actors(o, w, false, Mode::submit);
+    CHECK(act.scales == ref.scales);
+    CHECK(act.skipped == ref.skipped);
+    CHECK(act.final_scale == ref.final_scale);
+    for (std::size_t i = 0; i < ref.params.size(); ++i)
+      CHECK(act.params[i].equal(ref.params[i]));
+    if (std::string(c.name) == "deepspeed" || std::string(c.name) == "megatron" ||
+        std::string(c.name) == "colossalai")  // hysteresis: another trajectory than torch's
+      CHECK(ref.scales != torch.scales);
+  }
+}
+
+TEST_CASE("deepspeed at its minimum: the next scale() throws on the main thread, state intact") {
+  // Every iteration overflows: 4 -> 2 -> 1 (the minimum), then the error.
+  GradScaler scaler(GradScalerOptions::deepspeed().init_scale(4).hysteresis(1));
+  Net net;
+  auto overflow = [&] {
+    scaler.submit([&] {
+      net.set_grads({at::full({7}, INFINITY), at::zeros({5, 3})});
+      scaler.step(*net.opt);
+    });
+    scaler.update();
+  };
+  for (float want : {4.0f, 2.0f, 1.0f}) {
+    scaler.scale(at::ones({1}));
+    CHECK(scaler.get_scale() == want);
+    overflow();
+  }
+  const Refusal r = refusal_of([&] { scaler.scale(at::ones({1})); });
+  CHECK(r.code == errc::scale_at_minimum);
+  CHECK(r.what ==
+        "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.");
+  CHECK(scaler.get_scale() == 1.0);  // nothing changed
+  // A scale the user chooses resumes the run.
+  scaler.update(8.0);
+  CHECK(float(scaler.scale(at::ones({1})).item<float>()) == 8.0f);
+}
+
+TEST_CASE(
+    "a hysteresis rule's tracker survives state_dict and load_state_dict through the actors") {
+  const auto o = GradScalerOptions::megatron().init_scale(1024);
+  auto overflow = [](GradScaler& scaler, Net& net) {
+    scaler.scale(at::ones({1}));
+    scaler.submit([&] {
+      net.set_grads({at::full({7}, INFINITY), at::zeros({5, 3})});
+      scaler.step(*net.opt);
+    });
+    scaler.update();
+  };
+  GradScaler a(o);
+  Net net;
+  overflow(a, net);  // absorbed: the tracker goes 2 -> 1, the scale stays
+  const StateDict sd = a.state_dict();
+  CHECK(std::get<double>(sd.at("scale")) == 1024.0);
+  CHECK(std::get<std::int64_t>(sd.at("_hysteresis_tracker")) == 1);
+  GradScaler loaded(o), fresh(o);
+  loaded.load_state_dict(sd);
+  CHECK(loaded.state_dict() == sd);
+  overflow(loaded, net);  // the second overflow of the run: backs off
+  overflow(fresh, net);   // a first overflow: absorbed
+  CHECK(loaded.get_scale() == 512.0);
+  CHECK(fresh.get_scale() == 1024.0);
+}
