@@ -143,6 +143,28 @@ GradScalerOptions GradScalerOptions::jmp() {
   return GradScalerOptions().rule(RuleKind::jmp).init_scale(32768.0).min_scale(1.0);
 }
 
+GradScalerOptions GradScalerOptions::preset(RuleKind kind) {
+  switch (kind) {
+    case RuleKind::deepspeed:
+      return deepspeed();
+    case RuleKind::megatron:
+      return megatron();
+    case RuleKind::apex:
+      return apex();
+    case RuleKind::colossalai:
+      return colossalai();
+    case RuleKind::keras:
+      return keras();
+    case RuleKind::tf:
+      return tf();
+    case RuleKind::jmp:
+      return jmp();
+    case RuleKind::torch:
+      break;
+  }
+  return GradScalerOptions();
+}
+
 const char* rule_name(RuleKind kind) {
   switch (kind) {
     case RuleKind::torch:

@@ -3,14 +3,18 @@
 #include <ampactor/trace/replay.h>
 #include <ampactor/trace/trace.h>
 
+#include "replay_rules.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 using namespace ampactor;
 
@@ -52,6 +56,8 @@ int main(int argc, char** argv) {
   std::string csv;
   bool quiet = false;
   bool prefix = false;
+  std::vector<std::string> rules;
+  std::string plot;
   app.add_option("TRACE", path, "trace file (JSON Lines)")->required();
   app.add_option("--policy", policy, "what-if: exact or lagged")
       ->check(CLI::IsMember({"exact", "lagged"}));
@@ -61,6 +67,13 @@ int main(int argc, char** argv) {
   app.add_option("--growth-interval", growth_interval, "what-if: growth interval");
   app.add_option("--csv", csv, "what-if: write the trajectories to this CSV file");
   app.add_flag("-q,--quiet", quiet, "what-if: counts only, no per-iteration table");
+  app.add_option("--rule", rules,
+                 "compare update rules side by side, each NAME[:key=value,...] over the recorded "
+                 "settings (torch, deepspeed, megatron, apex, colossalai, keras, tf, jmp; keys: "
+                 "init_scale, growth_factor, backoff_factor, growth_interval, min_scale, "
+                 "max_scale, hysteresis, consecutive_hysteresis, raise_at_min_scale, policy); "
+                 "repeat it for several");
+  app.add_option("--plot", plot, "with --rule: draw the scales into this PNG (gnuplot)");
   app.add_flag("--prefix", prefix,
                "replay the intact part of a damaged or truncated trace, up to its first bad "
                "line (exit 3, saying where and why it stopped)");
@@ -83,6 +96,50 @@ int main(int argc, char** argv) {
     incomplete = "no trailer: the recording was cut short (a crash or a kill)";
 
   const bool what = policy || init_scale || growth_factor || backoff_factor || growth_interval;
+  if (!rules.empty()) {
+    if (what) {
+      std::cerr << "ampactor-replay: --rule takes its settings in its spec (e.g. "
+                   "--rule torch:growth_interval=100), not in the other what-if options\n";
+      return 2;
+    }
+    std::vector<tools::RuleRun> runs;
+    for (const auto& spec : rules) {
+      try {
+        const TraceHeader settings = tools::parse_rule_spec(spec, trace.header);
+        runs.push_back({spec, settings, what_if(trace, settings)});
+      } catch (const std::exception& e) {
+        std::cerr << "ampactor-replay: " << spec << ": " << e.what() << "\n";
+        return 2;
+      }
+    }
+    if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
+    tools::print_rules(std::cout, runs, quiet);
+    const std::string data = !csv.empty() ? csv : !plot.empty() ? plot + ".csv" : "";
+    if (!data.empty()) {
+      std::ofstream out(data);
+      out << tools::rules_csv(runs);
+      if (!out) {
+        std::cerr << "ampactor-replay: cannot write " << data << "\n";
+        return 2;
+      }
+    }
+    if (!plot.empty()) {
+      const std::string gp = plot + ".gp";
+      std::ofstream(gp) << tools::rules_gnuplot(data, plot, runs);
+      if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
+        std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install "
+                     "gnuplot-nox); the data is in "
+                  << data << " and the script in " << gp << "\n";
+        return 2;
+      }
+      std::cout << "plot: " << plot << "\n";
+    }
+    return 0;
+  }
+  if (!plot.empty()) {
+    std::cerr << "ampactor-replay: --plot needs --rule\n";
+    return 2;
+  }
   if (!what) {
     if (!csv.empty()) {
       std::cerr << "ampactor-replay: --csv needs a what-if option\n";

@@ -185,6 +185,11 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
       row.whatif_backoff = a->backed_off;
       row.whatif_grew = a->grew;
       count(r.whatif, *a, row.whatif_scale);
+      if (a->halted) {
+        r.halted_at = p.k;
+        r.rows.push_back(row);
+        break;
+      }
     }
     if (row.has_unscales && ((row.found_inf && row.whatif_scale < row.recorded_scale) ||
                              (!row.found_inf && row.whatif_scale > row.recorded_scale)))

@@ -61,6 +61,8 @@ class GradScalerOptions {
   static GradScalerOptions keras();
   static GradScalerOptions tf();
   static GradScalerOptions jmp();
+  /// The preset of `kind` (torch: the defaults).
+  static GradScalerOptions preset(RuleKind kind);
 
   /// The update rule these options describe.
   ScaleRule scale_rule() const;

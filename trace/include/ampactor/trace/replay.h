@@ -59,6 +59,9 @@ struct WhatIfResult {
   /// Rows where the same found_inf is a guess: the what-if scale is above the recorded one on a
   /// clean iteration (it might have overflowed) or below it on an overflow (it might not have).
   std::int64_t uncertain = 0;
+  /// The what-if keeper raised at this iteration (the deepspeed rule at its minimum, where
+  /// DeepSpeed ends the run): the rows stop there. -1: it did not.
+  iteration_t halted_at = -1;
 };
 
 /// Drives a fresh keeper with `settings` through the trace's iterations as an asynchronous trainer
