@@ -61,6 +61,8 @@ TEST_CASE("deepspeed at its minimum: the next scale() throws on the main thread,
   CHECK(r.what ==
         "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.");
   CHECK(scaler.get_scale() == 1.0);  // nothing changed
+  // and again, until the user acts
+  CHECK(refusal_of([&] { scaler.scale(at::ones({1})); }).code == errc::scale_at_minimum);
   // A scale the user chooses resumes the run.
   scaler.update(8.0);
   CHECK(float(scaler.scale(at::ones({1})).item<float>()) == 8.0f);
@@ -77,17 +79,18 @@ TEST_CASE(
     });
     scaler.update();
   };
+  // Each scaler steps its own net: their optimizer threads run at once.
   GradScaler a(o);
-  Net net;
-  overflow(a, net);  // absorbed: the tracker goes 2 -> 1, the scale stays
+  Net net_a, net_loaded, net_fresh;
+  overflow(a, net_a);  // absorbed: the tracker goes 2 -> 1, the scale stays
   const StateDict sd = a.state_dict();
   CHECK(std::get<double>(sd.at("scale")) == 1024.0);
   CHECK(std::get<std::int64_t>(sd.at("_hysteresis_tracker")) == 1);
   GradScaler loaded(o), fresh(o);
   loaded.load_state_dict(sd);
   CHECK(loaded.state_dict() == sd);
-  overflow(loaded, net);  // the second overflow of the run: backs off
-  overflow(fresh, net);   // a first overflow: absorbed
+  overflow(loaded, net_loaded);  // the second overflow of the run: backs off
+  overflow(fresh, net_fresh);    // a first overflow: absorbed
   CHECK(loaded.get_scale() == 512.0);
   CHECK(fresh.get_scale() == 1024.0);
 }
