@@ -153,15 +153,12 @@ bool GradScaler::Impl::begin_update() {
 
 float GradScaler::Impl::ensure_scale() {
   auto& m = main;
-  if (!m.scale_k && !m.ask_for_scale && setup.policy == ScalePolicy::exact) {
+  if (!m.scale_k && !m.ask_for_scale) {
     drain();
-    while (!m.applied || m.applied->k < m.k - 1)
-      receive_one();
-    if (m.applied->halted) throw ScalerError(errc::scale_at_minimum, texts::scale_at_minimum);
-    m.scale_k = m.applied->scale;
-  }
-  if (!m.scale_k && !m.ask_for_scale && setup.policy == ScalePolicy::lagged) {
-    drain();
+    // exact: the previous iteration's update; lagged: the newest applied one, if any.
+    if (setup.policy == ScalePolicy::exact)
+      while (!m.applied || m.applied->k < m.k - 1)
+        receive_one();
     if (m.applied && m.applied->halted)
       throw ScalerError(errc::scale_at_minimum, texts::scale_at_minimum);
     if (m.applied) m.scale_k = m.applied->scale;

@@ -80,6 +80,11 @@ void KeeperCore::emit(KeeperOutput out) {
   out_->push_back(std::move(out));
 }
 
+ReplyMessage KeeperCore::scale_answer(iteration_t k) const {
+  if (halted_) return *halted_;
+  return ScaleReply{k, state_.scale()};
+}
+
 void KeeperCore::reply(peer_id to, std::uint64_t request, iteration_t k, ReplyMessage msg) {
   emit(KeeperReply{to, request, k, std::move(msg)});
 }
@@ -145,10 +150,7 @@ void KeeperCore::on(peer_id from, std::uint64_t request, const ScaleRequest& r) 
   }
   state_.lazy_init();
   if (policy_ == ScalePolicy::lagged || queue_.empty()) {
-    if (halted_)
-      reply(from, request, r.k, *halted_);
-    else
-      reply(from, request, r.k, ScaleReply{r.k, state_.scale()});
+    reply(from, request, r.k, scale_answer(r.k));
     return;
   }
   queue_.push_back(Queued{from, request, r});
@@ -259,10 +261,7 @@ void KeeperCore::answer(const Queued& q) {
         using T = std::decay_t<decltype(m)>;
         std::optional<KeeperError> err;
         if constexpr (std::is_same_v<T, ScaleRequest>) {
-          if (halted_)
-            reply(q.from, q.request, m.k, *halted_);
-          else
-            reply(q.from, q.request, m.k, ScaleReply{m.k, state_.scale()});
+          reply(q.from, q.request, m.k, scale_answer(m.k));
           return;
         } else if constexpr (std::is_same_v<T, GetStateDict>) {
           reply(q.from, q.request, -1, to_message(make_state_dict(state_)));

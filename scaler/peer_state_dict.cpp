@@ -48,9 +48,7 @@ StateDict ours_of(const GradScalerOptions& opts, double scale, double growth, do
   sd.set("backoff_factor", backoff);
   sd.set("growth_interval", interval);
   sd.set("_growth_tracker", tracker);
-  const RuleKind k = opts.rule();
-  if (k == RuleKind::deepspeed || k == RuleKind::megatron || k == RuleKind::colossalai)
-    sd.set("_hysteresis_tracker", hysteresis);
+  if (rule_has_hysteresis(opts.rule())) sd.set("_hysteresis_tracker", hysteresis);
   return sd;
 }
 

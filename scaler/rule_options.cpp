@@ -17,14 +17,10 @@ namespace {
 /// A bound is checked as the float it is applied as.
 void check_bound(const char* name, double v, bool may_be_inf) {
   const float f = static_cast<float>(v);
-  if (std::isnan(v) || v < 0 || (std::isinf(v) && !may_be_inf) ||
+  if (std::isnan(v) || v < 0 || (std::isinf(v) && !may_be_inf) || (may_be_inf && v == 0) ||
       (!std::isinf(v) && (std::isinf(f) || (v > 0 && f == 0.0f))))
     bad_rule(std::string("The ") + name + " must be " + (may_be_inf ? "inf or " : "0 or ") +
              "finite and > 0 as a float. Got " + show_value(v) + ".");
-}
-
-bool one_factor(RuleKind k) {
-  return k == RuleKind::deepspeed || k == RuleKind::tf || k == RuleKind::jmp;
 }
 
 }  // namespace
@@ -37,7 +33,6 @@ GradScalerOptions& GradScalerOptions::min_scale(double v) {
 
 GradScalerOptions& GradScalerOptions::max_scale(double v) {
   check_bound("max scale", v, true);
-  if (v == 0) bad_rule("The max scale must be > 0. Got 0.");
   max_scale_ = v;
   return *this;
 }
@@ -65,8 +60,7 @@ void check_rule(const ScaleRule& r) {
   if (r.min_scale > 0 && r.max_scale < INFINITY && r.min_scale > r.max_scale)
     bad_rule("The min scale must be <= the max scale. Got " + show_value(r.min_scale) + " > " +
              show_value(r.max_scale) + ".");
-  const bool hysteretic = r.kind == RuleKind::deepspeed || r.kind == RuleKind::megatron ||
-                          r.kind == RuleKind::colossalai;
+  const bool hysteretic = rule_has_hysteresis(r.kind);
   if (!hysteretic && r.hysteresis != 1)
     bad_rule("The " + name + " rule has no hysteresis (it must be 1). Got " +
              std::to_string(r.hysteresis) + ".");
@@ -88,11 +82,10 @@ void check_rule(const ScaleRule& r) {
   if (r.kind == RuleKind::tf && r.min_scale != 1.0)
     bad_rule("The tf rule's floor is fixed at 1. Got a min scale of " + show_value(r.min_scale) +
              ".");
-  if ((r.kind == RuleKind::apex || r.kind == RuleKind::keras) &&
-      (r.growth_factor != 2.0 || r.backoff_factor != 0.5))
+  if (rule_fixes_factors(r.kind) && (r.growth_factor != 2.0 || r.backoff_factor != 0.5))
     bad_rule("The " + name + " rule's factors are fixed at 2 and 0.5. Got " +
              show_value(r.growth_factor) + " and " + show_value(r.backoff_factor) + ".");
-  if (one_factor(r.kind) && r.backoff_factor != 1.0 / r.growth_factor)
+  if (rule_has_one_factor(r.kind) && r.backoff_factor != 1.0 / r.growth_factor)
     bad_rule("The " + name +
              " rule backs off by dividing by growth_factor: backoff_factor must be " +
              show_value(1.0 / r.growth_factor) + " (1 / growth_factor). Got " +

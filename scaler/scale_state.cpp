@@ -27,23 +27,17 @@ void ScaleState::lazy_init() {
   hysteresis_ = static_cast<std::int32_t>(init_hysteresis_);
 }
 
-namespace {
-bool one_factor(RuleKind k) {
-  return k == RuleKind::deepspeed || k == RuleKind::tf || k == RuleKind::jmp;
-}
-}  // namespace
-
 void ScaleState::set_growth_factor(double v) {
   check_growth_factor(v);
   ScaleRule r = rule_;
   r.growth_factor = v;
-  if (one_factor(r.kind)) r.backoff_factor = 1.0 / v;
+  if (rule_has_one_factor(r.kind)) r.backoff_factor = 1.0 / v;
   check_rule(r);
   rule_ = r;
 }
 void ScaleState::set_backoff_factor(double v) {
   check_backoff_factor(v);
-  if (one_factor(rule_.kind))
+  if (rule_has_one_factor(rule_.kind))
     throw ScalerError(errc::bad_rule, std::string("The ") + rule_name(rule_.kind) +
                                           " rule has one factor: it backs off by dividing by "
                                           "growth_factor (set that instead).");

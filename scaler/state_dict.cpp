@@ -25,12 +25,6 @@ std::int64_t StateDict::get_int(const std::string& key) const {
   return std::get<std::int64_t>(it->second);
 }
 
-namespace {
-bool has_hysteresis(RuleKind k) {
-  return k == RuleKind::deepspeed || k == RuleKind::megatron || k == RuleKind::colossalai;
-}
-}  // namespace
-
 StateDict make_state_dict(const ScaleState& state) {
   StateDict sd;
   sd.set("scale", state.get_scale());
@@ -38,7 +32,8 @@ StateDict make_state_dict(const ScaleState& state) {
   sd.set("backoff_factor", state.backoff_factor());
   sd.set("growth_interval", state.growth_interval());
   sd.set("_growth_tracker", state.growth_tracker());
-  if (has_hysteresis(state.rule().kind)) sd.set("_hysteresis_tracker", state.hysteresis_tracker());
+  if (rule_has_hysteresis(state.rule().kind))
+    sd.set("_hysteresis_tracker", state.hysteresis_tracker());
   return sd;
 }
 

@@ -59,6 +59,8 @@ TEST_CASE("each rule takes only its own options: a clear error, nothing stored")
         "The min scale must be 0 or finite and > 0 as a float. Got -1.");
   CHECK(refusal_of([&] { o.min_scale(1e-50); }).code == errc::bad_rule);  // 0 as a float
   CHECK(refusal_of([&] { o.max_scale(1e39); }).code == errc::bad_rule);   // inf as a float
+  CHECK(refusal_of([&] { o.max_scale(0); }).what ==
+        "The max scale must be inf or finite and > 0 as a float. Got 0.");
   CHECK(refusal_of([&] { o.hysteresis(-1); }).code == errc::bad_rule);
   CHECK(o.min_scale() == 0);
   CHECK(o.max_scale() == INFINITY);

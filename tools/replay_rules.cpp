@@ -55,9 +55,8 @@ TraceHeader parse_rule_spec(const std::string& spec, const TraceHeader& recorded
       .hysteresis(p.hysteresis())
       .consecutive_hysteresis(p.consecutive_hysteresis())
       .raise_at_min_scale(p.raise_at_min_scale());
-  if (*kind == RuleKind::apex || *kind == RuleKind::keras) o.growth_factor(2).backoff_factor(0.5);
-  if (*kind == RuleKind::deepspeed || *kind == RuleKind::tf || *kind == RuleKind::jmp)
-    o.backoff_factor(1.0 / o.growth_factor());
+  if (rule_fixes_factors(*kind)) o.growth_factor(2).backoff_factor(0.5);
+  if (rule_has_one_factor(*kind)) o.backoff_factor(1.0 / o.growth_factor());
   std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
   std::istringstream items(rest);
   std::string item;

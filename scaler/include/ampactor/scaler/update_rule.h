@@ -18,6 +18,19 @@ namespace ampactor {
 /// source has it (README "Update rules"; the sources and commits are cited in apply_scale_rule).
 enum class RuleKind : std::uint8_t { torch, deepspeed, megatron, apex, colossalai, keras, tf, jmp };
 
+/// The rules that keep a hysteresis tracker.
+constexpr bool rule_has_hysteresis(RuleKind k) {
+  return k == RuleKind::deepspeed || k == RuleKind::megatron || k == RuleKind::colossalai;
+}
+/// The rules with one factor: they back off by dividing by growth_factor.
+constexpr bool rule_has_one_factor(RuleKind k) {
+  return k == RuleKind::deepspeed || k == RuleKind::tf || k == RuleKind::jmp;
+}
+/// The rules whose factors are fixed at 2 and 0.5.
+constexpr bool rule_fixes_factors(RuleKind k) {
+  return k == RuleKind::apex || k == RuleKind::keras;
+}
+
 /// The parameters of the rule, as plain data a kernel takes by value. Which fields a kind uses,
 /// and which values it takes, is checked by GradScalerOptions (options.h).
 struct ScaleRule {
