@@ -54,9 +54,9 @@ TEST_CASE("16-bit unscale and move match c10 conversions for all 65536 patterns"
           std::vector<std::uint16_t> x(n * stride, 0), src(n * stride, 0);
           for (std::int64_t i = 0; i < n; ++i)
             x[i * stride] = src[i * stride] = std::uint16_t(i);
-          CHECK(lt->unscale(t, x.data(), n, stride, inv));  // the patterns include inf and NaN
+          CHECK(lt->unscale(t, x.data(), n, stride, inv, nullptr));  // the patterns include inf and NaN
           std::vector<float> moved(n * stride, -1.0f);
-          CHECK(lt->move(t, src.data(), stride, moved.data(), stride, n, inv));
+          CHECK(lt->move(t, src.data(), stride, moved.data(), stride, n, inv, nullptr));
           int wrong_unscale = 0, wrong_move = 0;
           for (std::int64_t i = 0; i < n; ++i) {
             const float f = ref_to_float(t, std::uint16_t(i)) * inv;
@@ -83,8 +83,8 @@ TEST_CASE("16-bit check finds exactly the non-finite patterns, in every position
         // (n = 19 has two blocks of 8) and the scalar tail.
         std::vector<std::uint16_t> x(19, ref_from_float(t, 1.0f));
         x.back() = b;
-        if (lt->check(t, x.data(), 19, 1) != nonfinite ||
-            lt->unscale(t, x.data(), 19, 1, 2.0f) != nonfinite) {
+        if (lt->check(t, x.data(), 19, 1, nullptr) != nonfinite ||
+            lt->unscale(t, x.data(), 19, 1, 2.0f, nullptr) != nonfinite) {
           FAIL("wrong verdict for pattern " << pattern << " in " << lt->name);
         }
       }
@@ -102,10 +102,10 @@ TEST_CASE("float and double loops flag inf and NaN in body and tail") {
           f[pos] = float(bad);
           d[pos] = bad;
           const bool want = !std::isfinite(bad);
-          CHECK(lt->check(ElemType::f32, f.data(), n, 1) == want);
-          CHECK(lt->check(ElemType::f64, d.data(), n, 1) == want);
-          CHECK(lt->unscale(ElemType::f32, f.data(), n, 1, 0.25f) == want);
-          CHECK(lt->unscale(ElemType::f64, d.data(), n, 1, 0.25f) == want);
+          CHECK(lt->check(ElemType::f32, f.data(), n, 1, nullptr) == want);
+          CHECK(lt->check(ElemType::f64, d.data(), n, 1, nullptr) == want);
+          CHECK(lt->unscale(ElemType::f32, f.data(), n, 1, 0.25f, nullptr) == want);
+          CHECK(lt->unscale(ElemType::f64, d.data(), n, 1, 0.25f, nullptr) == want);
           for (std::int64_t i = 0; i < n; ++i) {
             if (i == pos) continue;
             CHECK(f[i] == 1.0f);

@@ -10,15 +10,25 @@ namespace ampactor::kernels::cpu {
 enum class ElemType : std::uint8_t { f32, f64, f16, bf16 };
 
 /// One instruction-set variant of every loop. All return true when they saw an inf or NaN.
-/// `stride` is in elements; a stride of 1 takes the vectorised path.
+/// `stride` is in elements; a stride of 1 takes the vectorised path. The plain loops ignore
+/// `absmax`; their *_max forms also raise *absmax to the largest finite |x| they read (before the
+/// multiply; an fp64 value rounded toward zero to float), in the same pass.
 struct LoopTable {
   /// x[i] *= inv in place (computed in float for the half types, in double for f64).
-  bool (*unscale)(ElemType, void* x, std::int64_t n, std::int64_t stride, float inv);
+  using Unscale = bool (*)(ElemType, void* x, std::int64_t n, std::int64_t stride, float inv,
+                           float* absmax);
   /// Reads x[i] once and writes nothing.
-  bool (*check)(ElemType, const void* x, std::int64_t n, std::int64_t stride);
+  using Check = bool (*)(ElemType, const void* x, std::int64_t n, std::int64_t stride,
+                         float* absmax);
   /// dst[i] = float(src[i]) * inv; checks src.
-  bool (*move)(ElemType src_type, const void* src, std::int64_t src_stride, float* dst,
-               std::int64_t dst_stride, std::int64_t n, float inv);
+  using Move = bool (*)(ElemType src_type, const void* src, std::int64_t src_stride, float* dst,
+                        std::int64_t dst_stride, std::int64_t n, float inv, float* absmax);
+  Unscale unscale;
+  Check check;
+  Move move;
+  Unscale unscale_max;
+  Check check_max;
+  Move move_max;
   const char* name;
 };
 

@@ -19,254 +19,200 @@
 namespace ampactor::kernels::cpu::AMPACTOR_LOOPS_NS {
 namespace {
 
-struct Half16 {
-  std::uint16_t bits;
-};
-struct BF16 {
-  std::uint16_t bits;
-};
+#include "loops_bits.h"
 
-// Non-finite means every exponent bit is set; testing bits keeps the loops branch-free and
-// correct under any floating-point flags.
-inline bool nonfinite_bits(std::uint32_t b) {
-  return (b & 0x7f800000u) == 0x7f800000u;
-}
-inline bool nonfinite_bits64(std::uint64_t b) {
-  return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-}
-inline bool nonfinite_half(std::uint16_t b) {
-  return (b & 0x7c00u) == 0x7c00u;
-}
-inline bool nonfinite_bf16(std::uint16_t b) {
-  return (b & 0x7f80u) == 0x7f80u;
-}
-
-inline float bf16_to_float(std::uint16_t b) {
-  std::uint32_t u = std::uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-// Round to nearest even; a NaN stays a (quiet) NaN with its sign. Branch-free (a mask, not a
-// select on a comparison of another width) so that GCC vectorises the loops using it.
-inline std::uint16_t float_to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const std::uint32_t nan = (u >> 16) | 0x40u;
-  const std::uint32_t is_nan = 0u - std::uint32_t((u & 0x7fffffffu) > 0x7f800000u);
-  return std::uint16_t((rounded & ~is_nan) | (nan & is_nan));
-}
-// Exact: every half is a float.
-inline float half_to_float(std::uint16_t h) {
-  std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-  std::uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal half: normalise into a float
-    std::uint32_t e = 113;
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --e;
-    }
-    bits = sign | (e << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// Round to nearest even, as F16C and c10::Half do; a NaN stays a quiet NaN.
-inline std::uint16_t float_to_half(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  std::uint16_t sign = std::uint16_t((u >> 16) & 0x8000u);
-  std::uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return std::uint16_t(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);  // >= 65520 rounds to inf
-  if (a >= 0x38800000u) {                                      // normal half
-    std::uint32_t r = a - (112u << 23);
-    r += 0xfffu + ((r >> 13) & 1u);
-    return std::uint16_t(sign | (r >> 13));
-  }
-  if (a <= 0x33000000u) return sign;  // <= 2^-25 rounds to zero
-  std::uint32_t e = a >> 23;
-  std::uint32_t m = (a & 0x7fffffu) | 0x800000u;
-  std::uint32_t shift = 126u - e;  // 14..24
-  std::uint32_t r = m >> shift;
-  std::uint32_t rem = m & ((1u << shift) - 1u);
-  std::uint32_t halfway = 1u << (shift - 1);
-  if (rem > halfway || (rem == halfway && (r & 1u))) ++r;
-  return std::uint16_t(sign | r);
-}
+// Every loop is a template on kMax: false is the plain loop, true also raises *absmax to the
+// largest finite |x| read (before the multiply), kept as integer bits in the same pass.
 
 // ---- float / double: one loop, vectorised by the compiler for stride 1 ----
-template <typename T, typename Bits>
-bool unscale_ieee(T* x, std::int64_t n, std::int64_t stride, T inv) {
-  Bits bad = 0;
+template <typename T>
+struct Ieee;
+template <>
+struct Ieee<float> {
+  using Bits = std::uint32_t;
+  static Bits bad(Bits b) { return Bits(nonfinite_bits(b)); }
+  static Bits fabs(Bits b) { return finite_abs32(b); }
+  static void raise(float* out, Bits m) { raise_f32_bits(out, m); }
+};
+template <>
+struct Ieee<double> {
+  using Bits = std::uint64_t;
+  static Bits bad(Bits b) { return Bits(nonfinite_bits64(b)); }
+  static Bits fabs(Bits b) { return finite_abs64(b); }
+  static void raise(float* out, Bits m) { raise_f64_bits(out, m); }
+};
+
+// The dense check_max loops go in blocks: the plain max of |x| over a block (two operations per
+// vector, fewer than the plain loop's test) is the finite max and says "nothing bad" whenever it
+// is below the first non-finite pattern; only a block holding an inf or NaN is masked again.
+constexpr std::int64_t kMaxBlock = 64;
+template <typename Bits, Bits kAbs, Bits kInf>
+bool block_max(const Bits* u, std::int64_t n, Bits& mx) {
+  Bits m = 0;
+  for (std::int64_t j = 0; j < n; ++j)
+    m = umax(m, Bits(u[j] & kAbs));
+  if (m < kInf) {
+    mx = umax(mx, m);
+    return false;
+  }
+  for (std::int64_t j = 0; j < n; ++j) {
+    const Bits a = Bits(u[j] & kAbs);
+    mx = umax(mx, Bits(a & Bits(Bits(0) - Bits(a < kInf))));
+  }
+  return true;
+}
+template <typename T>
+bool block_max_ieee(const T* x, std::int64_t n, typename Ieee<T>::Bits& mx) {
+  using Bits = typename Ieee<T>::Bits;
+  const Bits* u = reinterpret_cast<const Bits*>(x);
+  if constexpr (sizeof(T) == 4)
+    return block_max<Bits, 0x7fffffffu, 0x7f800000u>(u, n, mx);
+  else
+    return block_max<Bits, 0x7fffffffffffffffull, 0x7ff0000000000000ull>(u, n, mx);
+}
+
+template <typename T, bool kMax>
+bool unscale_ieee(T* x, std::int64_t n, std::int64_t stride, T inv, float* absmax) {
+  using I = Ieee<T>;
+  typename I::Bits bad = 0, mx = 0;
   if (stride == 1) {
     for (std::int64_t i = 0; i < n; ++i) {
       T v = x[i];
-      Bits b;
+      typename I::Bits b;
       std::memcpy(&b, &v, sizeof(T));
-      if constexpr (sizeof(T) == 4) {
-        bad |= Bits(nonfinite_bits(b));
-      } else {
-        bad |= Bits(nonfinite_bits64(b));
-      }
+      bad |= I::bad(b);
+      if constexpr (kMax) mx = umax(mx, I::fabs(b));
       x[i] = v * inv;
     }
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
       T& r = x[i * stride];
-      Bits b;
+      typename I::Bits b;
       std::memcpy(&b, &r, sizeof(T));
-      if constexpr (sizeof(T) == 4) {
-        bad |= Bits(nonfinite_bits(b));
-      } else {
-        bad |= Bits(nonfinite_bits64(b));
-      }
+      bad |= I::bad(b);
+      if constexpr (kMax) mx = umax(mx, I::fabs(b));
       r = r * inv;
     }
   }
+  if constexpr (kMax) I::raise(absmax, mx);
   return bad != 0;
 }
 
-template <typename T, typename Bits>
-bool check_ieee(const T* x, std::int64_t n, std::int64_t stride) {
-  Bits bad = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    Bits b;
-    std::memcpy(&b, x + i * stride, sizeof(T));
-    if constexpr (sizeof(T) == 4) {
-      bad |= Bits(nonfinite_bits(b));
-    } else {
-      bad |= Bits(nonfinite_bits64(b));
+// Exponent bits tested into one accumulator: an AND at the end is all the branch we need.
+template <typename T, bool kMax>
+bool check_ieee(const T* x, std::int64_t n, std::int64_t stride, float* absmax) {
+  using I = Ieee<T>;
+  const typename I::Bits* u = reinterpret_cast<const typename I::Bits*>(x);
+  typename I::Bits bad = 0, mx = 0;
+  if (kMax && stride == 1) {
+    for (std::int64_t i = 0; i < n; i += kMaxBlock)
+      bad |= typename I::Bits(block_max_ieee(x + i, n - i < kMaxBlock ? n - i : kMaxBlock, mx));
+  } else if (stride == 1) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      bad |= I::bad(u[i]);
+      if constexpr (kMax) mx = umax(mx, I::fabs(u[i]));
+    }
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) {
+      bad |= I::bad(u[i * stride]);
+      if constexpr (kMax) mx = umax(mx, I::fabs(u[i * stride]));
     }
   }
+  if constexpr (kMax) I::raise(absmax, mx);
   return bad != 0;
-}
-
-template <typename T>
-bool check_ieee_dense(const T* x, std::int64_t n) {
-  // Exponent bits ORed into one accumulator: an AND at the end is all the branch we need.
-  if constexpr (sizeof(T) == 4) {
-    const std::uint32_t* u = reinterpret_cast<const std::uint32_t*>(x);
-    std::uint32_t bad = 0;
-    for (std::int64_t i = 0; i < n; ++i)
-      bad |= std::uint32_t((u[i] & 0x7f800000u) == 0x7f800000u);
-    return bad != 0;
-  } else {
-    const std::uint64_t* u = reinterpret_cast<const std::uint64_t*>(x);
-    std::uint64_t bad = 0;
-    for (std::int64_t i = 0; i < n; ++i)
-      bad |= std::uint64_t(nonfinite_bits64(u[i]));
-    return bad != 0;
-  }
 }
 
 // ---- 16-bit types ----
-inline bool check_16(const std::uint16_t* x, std::int64_t n, std::int64_t stride,
-                     std::uint16_t mask) {
-  std::uint16_t bad = 0;
-  if (stride == 1) {
-    for (std::int64_t i = 0; i < n; ++i)
+inline void raise16(float* out, std::uint16_t m, std::uint16_t exp_mask) {
+  const float f = exp_mask == 0x7c00u ? half_to_float(m) : bf16_to_float(m);
+  if (f > *out) *out = f;
+}
+
+template <bool kMax>
+bool check_16(const std::uint16_t* x, std::int64_t n, std::int64_t stride, std::uint16_t mask,
+              float* absmax) {
+  std::uint16_t bad = 0, mx = 0;
+  if (kMax && stride == 1) {
+    for (std::int64_t i = 0; i < n; i += kMaxBlock) {
+      const std::int64_t m = n - i < kMaxBlock ? n - i : kMaxBlock;
+      bad |=
+          std::uint16_t(mask == 0x7c00u ? block_max<std::uint16_t, 0x7fffu, 0x7c00u>(x + i, m, mx)
+                                        : block_max<std::uint16_t, 0x7fffu, 0x7f80u>(x + i, m, mx));
+    }
+  } else if (stride == 1) {
+    for (std::int64_t i = 0; i < n; ++i) {
       bad |= std::uint16_t((x[i] & mask) == mask);
+      if constexpr (kMax) mx = umax(mx, finite_abs16(x[i], mask));
+    }
   } else {
-    for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t i = 0; i < n; ++i) {
       bad |= std::uint16_t((x[i * stride] & mask) == mask);
+      if constexpr (kMax) mx = umax(mx, finite_abs16(x[i * stride], mask));
+    }
   }
+  if constexpr (kMax) raise16(absmax, mx, mask);
   return bad != 0;
 }
 
-#ifdef AMPACTOR_HAVE_F16C
-// 8 bf16 -> 8 floats: the bits shifted into the high half.
-inline __m256 bf16x8_to_float(__m128i h) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-// 8 floats -> 8 bf16, rounding and NaN handling exactly as float_to_bf16.
-inline __m128i float_to_bf16x8(__m256 f) {
-  const __m256i u = _mm256_castps_si256(f);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  const __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
-  const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
-  const __m256i r = _mm256_blendv_epi8(rounded, nan, is_nan);
-  return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-}
-#endif
+#include "loops_f16c.h"
 
-bool unscale_bf16(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv) {
+// In-place unscale of fp16 (kBf16 false) or bf16 (true) values, in float.
+template <bool kBf16, bool kMax>
+bool unscale_16(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv, float* absmax) {
+  constexpr std::uint16_t kExp = kBf16 ? 0x7f80u : 0x7c00u;
   std::int64_t i = 0;
   bool found = false;
+  std::uint16_t mx = 0;
 #ifdef AMPACTOR_HAVE_F16C
   if (stride == 1) {
-    const __m128i exp_mask = _mm_set1_epi16(0x7f80);
+    const __m128i exp_mask = _mm_set1_epi16(std::int16_t(kExp));
     const __m256 vinv = _mm256_set1_ps(inv);
-    __m128i bad = _mm_setzero_si128();
+    auto convert = [&](__m128i h) {
+      if constexpr (kBf16)
+        return float_to_bf16x8(_mm256_mul_ps(bf16x8_to_float(h), vinv));
+      else
+        return _mm256_cvtps_ph(_mm256_mul_ps(_mm256_cvtph_ps(h), vinv),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    };
+    __m128i bad = _mm_setzero_si128(), vmax = _mm_setzero_si128();
+    if constexpr (kMax)
+      found = max_blocks<kExp>(x, n, i, vmax, [&](__m128i h, int k) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i + 8 * k), convert(h));
+      });
     for (; i + 8 <= n; i += 8) {
       __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
-      bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i),
-                       float_to_bf16x8(_mm256_mul_ps(bf16x8_to_float(h), vinv)));
+      const __m128i b = _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask);
+      bad = _mm_or_si128(bad, b);
+      if constexpr (kMax) vmax = _mm_max_epu16(vmax, finite_abs16x8(h, b));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i), convert(h));
     }
-    found = _mm_movemask_epi8(bad) != 0;
+    found = found || _mm_movemask_epi8(bad) != 0;
+    if constexpr (kMax) mx = hmax16x8(vmax);
   }
 #endif
   std::uint16_t bad = 0;
   for (; i < n; ++i) {
     std::uint16_t& r = x[i * stride];
-    bad |= std::uint16_t(nonfinite_bf16(r));
-    r = float_to_bf16(bf16_to_float(r) * inv);
+    bad |= std::uint16_t((r & kExp) == kExp);
+    if constexpr (kMax) mx = umax(mx, finite_abs16(r, kExp));
+    r = kBf16 ? float_to_bf16(bf16_to_float(r) * inv) : float_to_half(half_to_float(r) * inv);
   }
-  return found || bad != 0;
-}
-
-bool unscale_half(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv) {
-  std::int64_t i = 0;
-  bool found = false;
-#ifdef AMPACTOR_HAVE_F16C
-  if (stride == 1) {
-    const __m128i exp_mask = _mm_set1_epi16(0x7c00);
-    const __m256 vinv = _mm256_set1_ps(inv);
-    __m128i bad = _mm_setzero_si128();
-    for (; i + 8 <= n; i += 8) {
-      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
-      bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask));
-      __m256 f = _mm256_mul_ps(_mm256_cvtph_ps(h), vinv);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(x + i),
-                       _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    }
-    found = _mm_movemask_epi8(bad) != 0;
-  }
-#endif
-  std::uint16_t bad = 0;
-  for (; i < n; ++i) {
-    std::uint16_t& r = x[i * stride];
-    bad |= std::uint16_t(nonfinite_half(r));
-    r = float_to_half(half_to_float(r) * inv);
-  }
+  if constexpr (kMax) raise16(absmax, mx, kExp);
   return found || bad != 0;
 }
 
 // ---- grad move: model grads (any type) -> fp32 masters ----
+template <bool kMax>
 bool move_f32(const float* src, std::int64_t ss, float* dst, std::int64_t ds, std::int64_t n,
-              float inv) {
-  std::uint32_t bad = 0;
+              float inv, float* absmax) {
+  std::uint32_t bad = 0, mx = 0;
   if (ss == 1 && ds == 1) {
     for (std::int64_t i = 0; i < n; ++i) {
       float v = src[i];
       std::uint32_t b;
       std::memcpy(&b, &v, 4);
       bad |= std::uint32_t(nonfinite_bits(b));
+      if constexpr (kMax) mx = umax(mx, finite_abs32(b));
       dst[i] = v * inv;
     }
   } else {
@@ -275,114 +221,133 @@ bool move_f32(const float* src, std::int64_t ss, float* dst, std::int64_t ds, st
       std::uint32_t b;
       std::memcpy(&b, &v, 4);
       bad |= std::uint32_t(nonfinite_bits(b));
+      if constexpr (kMax) mx = umax(mx, finite_abs32(b));
       dst[i * ds] = v * inv;
     }
   }
+  if constexpr (kMax) raise_f32_bits(absmax, mx);
   return bad != 0;
 }
 
+template <bool kMax>
 bool move_f64(const double* src, std::int64_t ss, float* dst, std::int64_t ds, std::int64_t n,
-              float inv) {
-  std::uint64_t bad = 0;
+              float inv, float* absmax) {
+  std::uint64_t bad = 0, mx = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     double v = src[i * ss];
     std::uint64_t b;
     std::memcpy(&b, &v, 8);
     bad |= std::uint64_t(nonfinite_bits64(b));
+    if constexpr (kMax) mx = umax(mx, finite_abs64(b));
     dst[i * ds] = float(v * double(inv));
   }
+  if constexpr (kMax) raise_f64_bits(absmax, mx);
   return bad != 0;
 }
 
+template <bool kMax>
 bool move_bf16(const std::uint16_t* src, std::int64_t ss, float* dst, std::int64_t ds,
-               std::int64_t n, float inv) {
-  std::uint16_t bad = 0;
+               std::int64_t n, float inv, float* absmax) {
+  std::uint16_t bad = 0, mx = 0;
   if (ss == 1 && ds == 1) {
     for (std::int64_t i = 0; i < n; ++i) {
       std::uint16_t b = src[i];
       bad |= std::uint16_t(nonfinite_bf16(b));
+      if constexpr (kMax) mx = umax(mx, finite_abs16(b, 0x7f80u));
       dst[i] = bf16_to_float(b) * inv;
     }
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
       std::uint16_t b = src[i * ss];
       bad |= std::uint16_t(nonfinite_bf16(b));
+      if constexpr (kMax) mx = umax(mx, finite_abs16(b, 0x7f80u));
       dst[i * ds] = bf16_to_float(b) * inv;
     }
   }
+  if constexpr (kMax) raise16(absmax, mx, 0x7f80u);
   return bad != 0;
 }
 
+template <bool kMax>
 bool move_half(const std::uint16_t* src, std::int64_t ss, float* dst, std::int64_t ds,
-               std::int64_t n, float inv) {
+               std::int64_t n, float inv, float* absmax) {
   std::int64_t i = 0;
   bool found = false;
+  std::uint16_t mx = 0;
 #ifdef AMPACTOR_HAVE_F16C
   if (ss == 1 && ds == 1) {
     const __m128i exp_mask = _mm_set1_epi16(0x7c00);
     const __m256 vinv = _mm256_set1_ps(inv);
-    __m128i bad = _mm_setzero_si128();
+    __m128i bad = _mm_setzero_si128(), vmax = _mm_setzero_si128();
+    if constexpr (kMax)
+      found = max_blocks<0x7c00u>(src, n, i, vmax, [&](__m128i h, int k) {
+        _mm256_storeu_ps(dst + i + 8 * k, _mm256_mul_ps(_mm256_cvtph_ps(h), vinv));
+      });
     for (; i + 8 <= n; i += 8) {
       __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-      bad = _mm_or_si128(bad, _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask));
+      const __m128i b = _mm_cmpeq_epi16(_mm_and_si128(h, exp_mask), exp_mask);
+      bad = _mm_or_si128(bad, b);
+      if constexpr (kMax) vmax = _mm_max_epu16(vmax, finite_abs16x8(h, b));
       _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtph_ps(h), vinv));
     }
-    found = _mm_movemask_epi8(bad) != 0;
+    found = found || _mm_movemask_epi8(bad) != 0;
+    if constexpr (kMax) mx = hmax16x8(vmax);
   }
 #endif
   std::uint16_t bad = 0;
   for (; i < n; ++i) {
     std::uint16_t b = src[i * ss];
     bad |= std::uint16_t(nonfinite_half(b));
+    if constexpr (kMax) mx = umax(mx, finite_abs16(b, 0x7c00u));
     dst[i * ds] = half_to_float(b) * inv;
   }
+  if constexpr (kMax) raise16(absmax, mx, 0x7c00u);
   return found || bad != 0;
 }
 
 // ---- the table ----
-bool unscale(ElemType t, void* x, std::int64_t n, std::int64_t stride, float inv) {
+template <bool kMax>
+bool unscale(ElemType t, void* x, std::int64_t n, std::int64_t stride, float inv, float* absmax) {
   switch (t) {
     case ElemType::f32:
-      return unscale_ieee<float, std::uint32_t>(static_cast<float*>(x), n, stride, inv);
+      return unscale_ieee<float, kMax>(static_cast<float*>(x), n, stride, inv, absmax);
     case ElemType::f64:
-      return unscale_ieee<double, std::uint64_t>(static_cast<double*>(x), n, stride, double(inv));
+      return unscale_ieee<double, kMax>(static_cast<double*>(x), n, stride, double(inv), absmax);
     case ElemType::f16:
-      return unscale_half(static_cast<std::uint16_t*>(x), n, stride, inv);
+      return unscale_16<false, kMax>(static_cast<std::uint16_t*>(x), n, stride, inv, absmax);
     case ElemType::bf16:
-      return unscale_bf16(static_cast<std::uint16_t*>(x), n, stride, inv);
+      return unscale_16<true, kMax>(static_cast<std::uint16_t*>(x), n, stride, inv, absmax);
   }
   return false;
 }
 
-bool check(ElemType t, const void* x, std::int64_t n, std::int64_t stride) {
+template <bool kMax>
+bool check(ElemType t, const void* x, std::int64_t n, std::int64_t stride, float* absmax) {
   switch (t) {
     case ElemType::f32:
-      return stride == 1
-                 ? check_ieee_dense(static_cast<const float*>(x), n)
-                 : check_ieee<float, std::uint32_t>(static_cast<const float*>(x), n, stride);
+      return check_ieee<float, kMax>(static_cast<const float*>(x), n, stride, absmax);
     case ElemType::f64:
-      return stride == 1
-                 ? check_ieee_dense(static_cast<const double*>(x), n)
-                 : check_ieee<double, std::uint64_t>(static_cast<const double*>(x), n, stride);
+      return check_ieee<double, kMax>(static_cast<const double*>(x), n, stride, absmax);
     case ElemType::f16:
-      return check_16(static_cast<const std::uint16_t*>(x), n, stride, 0x7c00u);
+      return check_16<kMax>(static_cast<const std::uint16_t*>(x), n, stride, 0x7c00u, absmax);
     case ElemType::bf16:
-      return check_16(static_cast<const std::uint16_t*>(x), n, stride, 0x7f80u);
+      return check_16<kMax>(static_cast<const std::uint16_t*>(x), n, stride, 0x7f80u, absmax);
   }
   return false;
 }
 
+template <bool kMax>
 bool move(ElemType t, const void* src, std::int64_t ss, float* dst, std::int64_t ds, std::int64_t n,
-          float inv) {
+          float inv, float* absmax) {
   switch (t) {
     case ElemType::f32:
-      return move_f32(static_cast<const float*>(src), ss, dst, ds, n, inv);
+      return move_f32<kMax>(static_cast<const float*>(src), ss, dst, ds, n, inv, absmax);
     case ElemType::f64:
-      return move_f64(static_cast<const double*>(src), ss, dst, ds, n, inv);
+      return move_f64<kMax>(static_cast<const double*>(src), ss, dst, ds, n, inv, absmax);
     case ElemType::f16:
-      return move_half(static_cast<const std::uint16_t*>(src), ss, dst, ds, n, inv);
+      return move_half<kMax>(static_cast<const std::uint16_t*>(src), ss, dst, ds, n, inv, absmax);
     case ElemType::bf16:
-      return move_bf16(static_cast<const std::uint16_t*>(src), ss, dst, ds, n, inv);
+      return move_bf16<kMax>(static_cast<const std::uint16_t*>(src), ss, dst, ds, n, inv, absmax);
   }
   return false;
 }
@@ -390,7 +355,8 @@ bool move(ElemType t, const void* src, std::int64_t ss, float* dst, std::int64_t
 }  // namespace
 
 const LoopTable& table() {
-  static const LoopTable t{&unscale, &check, &move, AMPACTOR_LOOPS_NAME};
+  static const LoopTable t{&unscale<false>, &check<false>, &move<false>,       &unscale<true>,
+                           &check<true>,    &move<true>,   AMPACTOR_LOOPS_NAME};
   return t;
 }
 

@@ -9,11 +9,13 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "../cuda/dispatch.h"
 #include "cpu_features.h"
+#include "layout.h"
 #include "loops.h"
 
 namespace ampactor::kernels {
@@ -32,13 +34,16 @@ const LoopTable& loops() {
 namespace {
 
 using cpu::ElemType;
+using cpu::kMaxDims;
+using cpu::Layout;
+using cpu::make_layout;
+using cpu::non_overlapping;
 
 // Chunk of work handed to one thread at a time: large enough to amortise dispatch, small enough
 // to balance a list of mixed sizes.
 constexpr std::int64_t kChunkElems = 1 << 16;
 // Below this many elements in total, threads cost more than they save.
 constexpr std::int64_t kParallelMinElems = 1 << 19;
-constexpr int kMaxDims = 16;
 
 [[noreturn]] void fail(const char* op, const std::string& what) {
   throw ScalerError(errc::invalid_gradients, std::string("ampactor::") + op + ": " + what);
@@ -72,86 +77,6 @@ ElemType elem_type(const char* op, const Name& name, const at::Tensor& t) {
 
 std::size_t elem_size(ElemType t) {
   return t == ElemType::f64 ? 8 : t == ElemType::f32 ? 4 : 2;
-}
-
-/// A tensor (or a pair of same-shaped tensors) seen as `rows` rows of `cols` elements: the
-/// dimensions sorted by the first tensor's strides and merged where memory allows, so a dense
-/// tensor of any dimension order is one row with unit stride.
-struct Layout {
-  int outer_dims = 0;  // dims before the row dim
-  std::array<std::int64_t, kMaxDims> sizes{};
-  std::array<std::int64_t, kMaxDims> strides[2]{};
-  std::int64_t rows = 1, cols = 1, col_stride[2] = {1, 1};
-
-  std::int64_t row_offset(int which, std::int64_t row) const {
-    std::int64_t off = 0;
-    for (int d = outer_dims - 1; d >= 0; --d) {
-      off += (row % sizes[d]) * strides[which][d];
-      row /= sizes[d];
-    }
-    return off;
-  }
-};
-
-Layout make_layout(const at::Tensor& a, const at::Tensor* b) {
-  const int n = int(a.dim());
-  std::array<int, kMaxDims> order{};
-  int kept = 0;
-  for (int d = 0; d < n; ++d)
-    if (a.size(d) != 1) order[kept++] = d;
-  // Outermost first: larger stride of the first tensor first (stable keeps ties in dim order).
-  std::stable_sort(order.begin(), order.begin() + kept,
-                   [&](int x, int y) { return a.stride(x) > a.stride(y); });
-  Layout l;
-  std::int64_t sz[kMaxDims], st[2][kMaxDims];
-  int m = 0;
-  for (int i = 0; i < kept; ++i) {
-    int d = order[i];
-    std::int64_t s0 = a.stride(d), s1 = b ? b->stride(d) : s0, size = a.size(d);
-    if (m > 0 && st[0][m - 1] == s0 * size && st[1][m - 1] == s1 * size) {
-      sz[m - 1] *= size;  // merge into the outer dim
-      st[0][m - 1] = s0;
-      st[1][m - 1] = s1;
-    } else {
-      sz[m] = size;
-      st[0][m] = s0;
-      st[1][m] = s1;
-      ++m;
-    }
-  }
-  if (m == 0) {  // a scalar or all-ones shape
-    l.rows = a.numel() == 0 ? 0 : 1;
-    l.cols = 1;
-    return l;
-  }
-  l.outer_dims = m - 1;
-  l.cols = sz[m - 1];
-  l.col_stride[0] = st[0][m - 1];
-  l.col_stride[1] = st[1][m - 1];
-  for (int d = 0; d < m - 1; ++d) {
-    l.sizes[d] = sz[d];
-    l.strides[0][d] = st[0][d];
-    l.strides[1][d] = st[1][d];
-    l.rows *= sz[d];
-  }
-  return l;
-}
-
-// Sufficient test that no two elements share memory: every dimension, sorted by stride, steps
-// over the whole extent of the smaller ones. Slices, transposes and permutations all pass;
-// expanded (stride 0) tensors do not.
-bool non_overlapping(const at::Tensor& t) {
-  if (t.is_non_overlapping_and_dense()) return true;
-  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
-  for (int d = 0; d < t.dim(); ++d)
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  std::sort(dims.begin(), dims.end());
-  std::int64_t extent = 0;  // max offset reachable by the smaller dims
-  for (auto [stride, size] : dims) {
-    if (stride <= extent) return false;
-    extent += stride * (size - 1);
-  }
-  return true;
 }
 
 void check_scalar_tensor(const char* op, const char* name, const at::Tensor& t,
@@ -229,7 +154,9 @@ std::vector<Task> make_tasks(const std::vector<Job>& jobs, std::int64_t* total) 
   return tasks;
 }
 
-bool run_task(Op op, const Job& job, const Task& task, float inv, const cpu::LoopTable& lt) {
+/// `absmax`: null for the plain loops, else the task's running max for the *_max loops.
+bool run_task(Op op, const Job& job, const Task& task, float inv, const cpu::LoopTable& lt,
+              float* absmax) {
   const Layout& l = job.layout;
   const std::size_t ea = elem_size(job.a.type);
   bool bad = false;
@@ -238,15 +165,17 @@ bool run_task(Op op, const Job& job, const Task& task, float inv, const cpu::Loo
     const std::int64_t n = task.col_end - task.col_begin;
     switch (op) {
       case Op::unscale:
-        bad |= lt.unscale(job.a.type, pa, n, l.col_stride[0], inv);
+        bad |=
+            (absmax ? lt.unscale_max : lt.unscale)(job.a.type, pa, n, l.col_stride[0], inv, absmax);
         break;
       case Op::check:
-        bad |= lt.check(job.a.type, pa, n, l.col_stride[0]);
+        bad |= (absmax ? lt.check_max : lt.check)(job.a.type, pa, n, l.col_stride[0], absmax);
         break;
       case Op::move: {
         float* pb = reinterpret_cast<float*>(job.b.base) + l.row_offset(1, r) +
                     task.col_begin * l.col_stride[1];
-        bad |= lt.move(job.a.type, pa, l.col_stride[0], pb, l.col_stride[1], n, inv);
+        bad |= (absmax ? lt.move_max : lt.move)(job.a.type, pa, l.col_stride[0], pb,
+                                                l.col_stride[1], n, inv, absmax);
         break;
       }
     }
@@ -254,22 +183,30 @@ bool run_task(Op op, const Job& job, const Task& task, float inv, const cpu::Loo
   return bad;
 }
 
-bool run(Op op, const std::vector<Job>& jobs, float inv) {
+/// Runs every job; returns whether any element was inf or NaN. With `absmax`, raises it to the
+/// largest finite |element| read (threads keep their own max and merge once at the end).
+bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax) {
   std::int64_t total = 0;
   const std::vector<Task> tasks = make_tasks(jobs, &total);
   const cpu::LoopTable& lt = cpu::loops();
   if (total < kParallelMinElems || at::get_num_threads() == 1 || at::in_parallel_region()) {
     bool bad = false;
     for (const Task& t : tasks)
-      bad |= run_task(op, jobs[t.job], t, inv, lt);
+      bad |= run_task(op, jobs[t.job], t, inv, lt, absmax);
     return bad;
   }
   std::atomic<bool> found{false};
+  std::mutex mu;
   at::parallel_for(0, std::int64_t(tasks.size()), 1, [&](std::int64_t begin, std::int64_t end) {
     bool bad = false;
+    float mx = 0;
     for (std::int64_t i = begin; i < end; ++i)
-      bad |= run_task(op, jobs[tasks[i].job], tasks[i], inv, lt);
+      bad |= run_task(op, jobs[tasks[i].job], tasks[i], inv, lt, absmax ? &mx : nullptr);
     if (bad) found.store(true, std::memory_order_relaxed);
+    if (absmax && mx > 0) {
+      const std::lock_guard<std::mutex> lock(mu);
+      if (mx > *absmax) *absmax = mx;
+    }
   });
   return found.load();
 }
@@ -295,10 +232,26 @@ c10::Device common_device(at::TensorList grads, const at::Tensor& found_inf) {
              : (grads.empty() || !grads[0].defined() ? c10::Device(c10::kCPU) : grads[0].device());
 }
 
+void check_absmax(const char* op, at::Tensor* absmax, const at::Tensor& found_inf) {
+  if (!absmax) return;
+  check_scalar_tensor(op, "grad_absmax", *absmax, found_inf.device());
+  if (absmax->is_same(found_inf)) fail(op, "grad_absmax and found_inf must be two tensors");
+}
+
+/// Runs the loops, raising the host tensor `absmax` (when given) through a local float.
+bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax) {
+  if (!absmax) return run(op, jobs, inv, nullptr);
+  float mx = absmax->data_ptr<float>()[0];
+  const bool bad = run(op, jobs, inv, &mx);
+  absmax->data_ptr<float>()[0] = mx;
+  return bad;
+}
+
 void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_tensor, float inv,
-                  at::Tensor& found_inf) {
+                  at::Tensor& found_inf, at::Tensor* absmax) {
   const c10::Device device = common_device(grads, found_inf);
   check_scalar_tensor(op, "found_inf", found_inf, device);
+  check_absmax(op, absmax, found_inf);
   check_device_supported(op, device);  // before any data pointer is read on the host
   const bool on_cuda = device.is_cuda();
   if (inv_tensor && on_cuda) check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
@@ -316,17 +269,18 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
                     {nullptr, ElemType::f32}});
   }
   if (on_cuda)
-    internal::cuda_unscale(op, grads, inv_tensor, inv, found_inf, !write);
-  else if (run(write ? Op::unscale : Op::check, jobs, inv))
+    internal::cuda_unscale(op, grads, inv_tensor, inv, found_inf, !write, absmax);
+  else if (run_cpu(write ? Op::unscale : Op::check, jobs, inv, absmax))
     set_found(found_inf);
   if (write) bump_versions(grads);
 }
 
 void move_impl(at::TensorList model_grads, at::TensorList master_grads,
-               const at::Tensor* inv_tensor, float inv, at::Tensor& found_inf) {
+               const at::Tensor* inv_tensor, float inv, at::Tensor& found_inf, at::Tensor* absmax) {
   const char* op = "move_grads_and_unscale";
   const c10::Device device = common_device(model_grads, found_inf);
   check_scalar_tensor(op, "found_inf", found_inf, device);
+  check_absmax(op, absmax, found_inf);
   check_device_supported(op, device);  // before any data pointer is read on the host
   const bool on_cuda = device.is_cuda();
   if (inv_tensor && on_cuda) check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
@@ -360,8 +314,8 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
     jobs.back().b.base = static_cast<char*>(master.data_ptr());
   }
   if (on_cuda)
-    internal::cuda_move(op, model_grads, master_grads, inv_tensor, inv, found_inf);
-  else if (run(Op::move, jobs, inv))
+    internal::cuda_move(op, model_grads, master_grads, inv_tensor, inv, found_inf, absmax);
+  else if (run_cpu(Op::move, jobs, inv, absmax))
     set_found(found_inf);
   bump_versions(master_grads);
 }
@@ -369,25 +323,50 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
 }  // namespace
 
 void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf) {
-  unscale_impl("unscale_and_check", grads, &inv_scale, 0.0f, found_inf);
+  unscale_impl("unscale_and_check", grads, &inv_scale, 0.0f, found_inf, nullptr);
 }
 
 void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf) {
-  unscale_impl("unscale_and_check", grads, nullptr, inv_scale, found_inf);
+  unscale_impl("unscale_and_check", grads, nullptr, inv_scale, found_inf, nullptr);
+}
+
+void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf,
+                       at::Tensor& grad_absmax) {
+  unscale_impl("unscale_and_check", grads, &inv_scale, 0.0f, found_inf, &grad_absmax);
+}
+
+void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf,
+                       at::Tensor& grad_absmax) {
+  unscale_impl("unscale_and_check", grads, nullptr, inv_scale, found_inf, &grad_absmax);
 }
 
 void check_finite(at::TensorList grads, at::Tensor& found_inf) {
-  unscale_impl("check_finite", grads, nullptr, 1.0f, found_inf);
+  unscale_impl("check_finite", grads, nullptr, 1.0f, found_inf, nullptr);
+}
+
+void check_finite(at::TensorList grads, at::Tensor& found_inf, at::Tensor& grad_absmax) {
+  unscale_impl("check_finite", grads, nullptr, 1.0f, found_inf, &grad_absmax);
 }
 
 void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
                             float inv_scale, at::Tensor& found_inf) {
-  move_impl(model_grads, master_grads, nullptr, inv_scale, found_inf);
+  move_impl(model_grads, master_grads, nullptr, inv_scale, found_inf, nullptr);
 }
 
 void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
                             const at::Tensor& inv_scale, at::Tensor& found_inf) {
-  move_impl(model_grads, master_grads, &inv_scale, 0.0f, found_inf);
+  move_impl(model_grads, master_grads, &inv_scale, 0.0f, found_inf, nullptr);
+}
+
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            float inv_scale, at::Tensor& found_inf, at::Tensor& grad_absmax) {
+  move_impl(model_grads, master_grads, nullptr, inv_scale, found_inf, &grad_absmax);
+}
+
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            const at::Tensor& inv_scale, at::Tensor& found_inf,
+                            at::Tensor& grad_absmax) {
+  move_impl(model_grads, master_grads, &inv_scale, 0.0f, found_inf, &grad_absmax);
 }
 
 const char* cpu_loop_variant() {

@@ -40,15 +40,22 @@ constexpr int kInvalidInput = 100000;
 /// 1.0f if any element is inf or NaN (never clears it). The inverse scale is read on the device
 /// from `inv_scale_dev` (1 float) or, when that is null, taken from `inv_scale_value`. When it is
 /// exactly 1 the spans are only read. Any number of spans; they may mix dtypes.
+/// `absmax_dev` (1 float, may be null): raised to the largest finite |element| of the spans as
+/// they were read, before the multiply, in the same pass (never lowered: pre-zero it). fp64
+/// values are rounded toward zero to float, so a finite one never reports inf.
 int unscale_and_check(const Span* spans, std::size_t count, const float* inv_scale_dev,
-                      float inv_scale_value, float* found_inf_dev, void* stream);
+                      float inv_scale_value, float* found_inf_dev, void* stream,
+                      float* absmax_dev = nullptr);
 
 /// Sets *found_inf to 1.0f if any element is inf or NaN. Reads each span once, writes nothing.
-int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream);
+int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream,
+                 float* absmax_dev = nullptr);
 
-/// The fused grad move: dst = float(src) * inverse scale, checking src for inf/NaN.
+/// The fused grad move: dst = float(src) * inverse scale, checking src for inf/NaN; `absmax_dev`
+/// as above, of the sources.
 int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float* inv_scale_dev,
-                           float inv_scale_value, float* found_inf_dev, void* stream);
+                           float inv_scale_value, float* found_inf_dev, void* stream,
+                           float* absmax_dev = nullptr);
 
 /// The dynamic scale update (apply_scale_rule, update_rule.h) as a one-thread kernel on device
 /// values: *found_inf != 0 is a found inf/NaN. The rule's parameters travel by value.

@@ -35,6 +35,24 @@ void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_gr
 void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
                             const at::Tensor& inv_scale, at::Tensor& found_inf);
 
+/// The gradient-size forms: each also raises `grad_absmax` (a 1-element fp32 tensor on the
+/// gradients' device, not `found_inf`) to the largest finite |gradient| of the call, as the
+/// gradients were handed in (before the multiply by the inverse scale; for the move, of the model
+/// grads), in the same pass. inf and NaN elements are left out of it. Like found_inf it is only
+/// ever raised, never lowered: pre-zero it. An fp64 gradient's magnitude is rounded toward zero
+/// to float, so a finite one never reports inf. Together with the dtype's largest finite value
+/// it says how much larger a scale the same gradients would have taken without overflowing.
+void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf,
+                       at::Tensor& grad_absmax);
+void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf,
+                       at::Tensor& grad_absmax);
+void check_finite(at::TensorList grads, at::Tensor& found_inf, at::Tensor& grad_absmax);
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            float inv_scale, at::Tensor& found_inf, at::Tensor& grad_absmax);
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            const at::Tensor& inv_scale, at::Tensor& found_inf,
+                            at::Tensor& grad_absmax);
+
 /// Name of the CPU loop variant picked for this machine ("avx2" or "baseline").
 const char* cpu_loop_variant();
 
