@@ -55,7 +55,7 @@ const char* cuda_unavailable_reason() {
 }
 
 void cuda_unscale(const char* op, at::TensorList grads, const at::Tensor* inv_scale, float inv,
-                  at::Tensor& found_inf, bool check_only) {
+                  at::Tensor& found_inf, bool check_only, at::Tensor* grad_absmax) {
   const c10::cuda::CUDAGuard guard(found_inf.device());
   void* stream = current_stream(found_inf);
   std::vector<gpu::Span> spans;
@@ -73,19 +73,22 @@ void cuda_unscale(const char* op, at::TensorList grads, const at::Tensor* inv_sc
     }
     spans.push_back({run.data_ptr(), run.numel(), dtype_of(g)});
   }
+  // A temporary holds the same values as its gradient, so its max is the gradient's.
+  float* absmax = grad_absmax ? grad_absmax->data_ptr<float>() : nullptr;
   const int status =
-      check_only
-          ? gpu::check_finite(spans.data(), spans.size(), found_inf.data_ptr<float>(), stream)
-          : gpu::unscale_and_check(spans.data(), spans.size(),
-                                   inv_scale ? inv_scale->data_ptr<float>() : nullptr, inv,
-                                   found_inf.data_ptr<float>(), stream);
+      check_only ? gpu::check_finite(spans.data(), spans.size(), found_inf.data_ptr<float>(),
+                                     stream, absmax)
+                 : gpu::unscale_and_check(spans.data(), spans.size(),
+                                          inv_scale ? inv_scale->data_ptr<float>() : nullptr, inv,
+                                          found_inf.data_ptr<float>(), stream, absmax);
   check_status(op, status);
   for (auto& [grad, temp] : write_back)
     grad.copy_(temp);
 }
 
 void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master_grads,
-               const at::Tensor* inv_scale, float inv, at::Tensor& found_inf) {
+               const at::Tensor* inv_scale, float inv, at::Tensor& found_inf,
+               at::Tensor* grad_absmax) {
   const c10::cuda::CUDAGuard guard(found_inf.device());
   void* stream = current_stream(found_inf);
   std::vector<gpu::MoveSpan> spans;
@@ -109,9 +112,10 @@ void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master
     }
     spans.push_back({src.data_ptr(), dst.data_ptr<float>(), dst.numel(), dtype_of(model)});
   }
+  float* absmax = grad_absmax ? grad_absmax->data_ptr<float>() : nullptr;  // of the sources
   check_status(op, gpu::move_grads_and_unscale(spans.data(), spans.size(),
                                                inv_scale ? inv_scale->data_ptr<float>() : nullptr,
-                                               inv, found_inf.data_ptr<float>(), stream));
+                                               inv, found_inf.data_ptr<float>(), stream, absmax));
   for (auto& [master, temp] : write_back)
     master.copy_(temp);
 }

@@ -3,15 +3,15 @@
 // place); every block owns one chunk of one span, found by a binary search over the batch's chunk
 // prefix sums, so a list of a thousand small tensors is one launch and a large tensor spreads over
 // many blocks. Each thread keeps several 16-byte loads in flight; unaligned runs and tails take a
-// scalar path. Non-finite is tested on the exponent bits, as the CPU loops do.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+// scalar path. Non-finite is tested on the exponent bits, as the CPU loops do. On request the
+// same pass also finds the largest finite |element| read (a separate instantiation, kMax).
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
 #include <vector>
 
+#include "elem_traits.cuh"
 #include "launch.h"
 
 namespace ampactor::kernels::gpu {
@@ -41,37 +41,6 @@ struct Batch {
 
 static_assert(sizeof(Batch<kLargeBatch, 2>) + 64 < 32764, "kernel arguments over the limit");
 
-struct F32 {
-  using Bits = std::uint32_t;
-  using Math = float;
-  static __device__ bool bad(Bits b) { return (b & 0x7f800000u) == 0x7f800000u; }
-  static __device__ Math to_math(Bits b) { return __uint_as_float(b); }
-  static __device__ Bits from_math(Math f) { return __float_as_uint(f); }
-};
-struct F64 {
-  using Bits = unsigned long long;
-  using Math = double;
-  static __device__ bool bad(Bits b) {
-    return (b & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
-  }
-  static __device__ Math to_math(Bits b) { return __longlong_as_double(static_cast<long long>(b)); }
-  static __device__ Bits from_math(Math f) { return static_cast<Bits>(__double_as_longlong(f)); }
-};
-struct F16 {
-  using Bits = unsigned short;
-  using Math = float;
-  static __device__ bool bad(Bits b) { return (b & 0x7c00u) == 0x7c00u; }
-  static __device__ Math to_math(Bits b) { return __half2float(__ushort_as_half(b)); }
-  static __device__ Bits from_math(Math f) { return __half_as_ushort(__float2half_rn(f)); }
-};
-struct BF16 {
-  using Bits = unsigned short;
-  using Math = float;
-  static __device__ bool bad(Bits b) { return (b & 0x7f80u) == 0x7f80u; }
-  static __device__ Math to_math(Bits b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
-  static __device__ Bits from_math(Math f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-};
-
 template <typename T>
 union Vec {
   uint4 raw;
@@ -82,12 +51,14 @@ __device__ bool aligned16_d(const void* p) {
   return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0;
 }
 
-/// In-place unscale (kWrite) or check of n elements; true when one is inf or NaN.
-template <typename T, bool kWrite>
-__device__ bool unscale_run(typename T::Bits* p, int n, typename T::Math inv) {
+/// In-place unscale (kWrite) or check of n elements; true when one is inf or NaN. With kMax,
+/// *mx is set to the largest finite |x| this thread read, before the multiply.
+template <typename T, bool kWrite, bool kMax>
+__device__ bool unscale_run(typename T::Bits* p, int n, typename T::Math inv, float* mx) {
   using B = typename T::Bits;
   constexpr int V = 16 / sizeof(B);
   bool any = false;
+  B m = 0;  // kept as bits of T: one conversion per run, not per element
   int tail = 0;
   if (aligned16_d(p)) {
     const int nv = n / V;
@@ -106,6 +77,7 @@ __device__ bool unscale_run(typename T::Bits* p, int n, typename T::Math inv) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           any |= T::bad(v[u].e[j]);
+          if (kMax) m = max_bits(m, fin_abs<T>(v[u].e[j]));
           if (kWrite) v[u].e[j] = T::from_math(T::to_math(v[u].e[j]) * inv);
         }
         if (kWrite) pv[i] = v[u].raw;
@@ -116,17 +88,22 @@ __device__ bool unscale_run(typename T::Bits* p, int n, typename T::Math inv) {
   for (int i = tail + threadIdx.x; i < n; i += kThreads) {
     const B b = p[i];
     any |= T::bad(b);
+    if (kMax) m = max_bits(m, fin_abs<T>(b));
     if (kWrite) p[i] = T::from_math(T::to_math(b) * inv);
   }
+  if (kMax) *mx = T::mag(m);
   return any;
 }
 
 /// dst[i] = float(src[i] * inv) for n elements; true when a source element is inf or NaN.
-template <typename T>
-__device__ bool move_run(const typename T::Bits* src, float* dst, int n, typename T::Math inv) {
+/// kMax: as in unscale_run, over the sources.
+template <typename T, bool kMax>
+__device__ bool move_run(const typename T::Bits* src, float* dst, int n, typename T::Math inv,
+                         float* mx) {
   using B = typename T::Bits;
   constexpr int V = 16 / sizeof(B);
   bool any = false;
+  B m = 0;
   int tail = 0;
   if (aligned16_d(src) && aligned16_d(dst)) {
     const int nv = n / V;
@@ -146,6 +123,7 @@ __device__ bool move_run(const typename T::Bits* src, float* dst, int n, typenam
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           any |= T::bad(v[u].e[j]);
+          if (kMax) m = max_bits(m, fin_abs<T>(v[u].e[j]));
           out[j] = static_cast<float>(T::to_math(v[u].e[j]) * inv);
         }
         if constexpr (V >= 4) {
@@ -163,33 +141,39 @@ __device__ bool move_run(const typename T::Bits* src, float* dst, int n, typenam
   for (int i = tail + threadIdx.x; i < n; i += kThreads) {
     const B b = src[i];
     any |= T::bad(b);
+    if (kMax) m = max_bits(m, fin_abs<T>(b));
     dst[i] = static_cast<float>(T::to_math(b) * inv);
   }
+  if (kMax) *mx = T::mag(m);
   return any;
 }
 
 enum class Op { unscale, check, move };
 
-template <typename T, Op kOp, int N, int P>
-__device__ bool run_chunk(const Batch<N, P>& b, int t, std::int64_t begin, int n, float inv) {
+template <typename T, Op kOp, bool kMax, int N, int P>
+__device__ bool run_chunk(const Batch<N, P>& b, int t, std::int64_t begin, int n, float inv,
+                          float* mx) {
   using B = typename T::Bits;
   using M = typename T::Math;
   if constexpr (kOp == Op::move) {
-    return move_run<T>(static_cast<const B*>(b.ptr[0][t]) + begin,
-                       static_cast<float*>(b.ptr[P - 1][t]) + begin, n, M(inv));
+    return move_run<T, kMax>(static_cast<const B*>(b.ptr[0][t]) + begin,
+                             static_cast<float*>(b.ptr[P - 1][t]) + begin, n, M(inv), mx);
   } else if constexpr (kOp == Op::unscale) {
     B* p = static_cast<B*>(b.ptr[0][t]) + begin;
     // An inverse scale of exactly 1 changes nothing: read only, as the CPU path does.
-    return inv != 1.0f ? unscale_run<T, true>(p, n, M(inv)) : unscale_run<T, false>(p, n, M(inv));
+    return inv != 1.0f ? unscale_run<T, true, kMax>(p, n, M(inv), mx)
+                       : unscale_run<T, false, kMax>(p, n, M(inv), mx);
   } else {
-    return unscale_run<T, false>(static_cast<B*>(b.ptr[0][t]) + begin, n, M(1));
+    return unscale_run<T, false, kMax>(static_cast<B*>(b.ptr[0][t]) + begin, n, M(1), mx);
   }
 }
 
-template <int N, int P, Op kOp>
+/// kMax: also raise *absmax to the block's largest finite |x| (a separate instantiation, so
+/// launches without it keep their code and cost).
+template <int N, int P, Op kOp, bool kMax>
 __global__ void __launch_bounds__(kThreads)
     list_kernel(const __grid_constant__ Batch<N, P> b, const float* inv_dev, float inv_value,
-                float* found_inf) {
+                float* found_inf, float* absmax) {
   const int block = int(blockIdx.x);
   int lo = 0, hi = b.count;
   while (hi - lo > 1) {
@@ -205,22 +189,44 @@ __global__ void __launch_bounds__(kThreads)
   const int n = int(numel - begin < kChunk ? numel - begin : kChunk);
   const float inv = kOp == Op::check ? 1.0f : (inv_dev ? *inv_dev : inv_value);
   bool bad = false;
+  float mx = 0.0f;  // this thread's largest finite |x| (kMax)
   switch (DType(nt >> kTypeShift)) {
     case DType::f32:
-      bad = run_chunk<F32, kOp>(b, lo, begin, n, inv);
+      bad = run_chunk<F32, kOp, kMax>(b, lo, begin, n, inv, &mx);
       break;
     case DType::f64:
-      bad = run_chunk<F64, kOp>(b, lo, begin, n, inv);
+      bad = run_chunk<F64, kOp, kMax>(b, lo, begin, n, inv, &mx);
       break;
     case DType::f16:
-      bad = run_chunk<F16, kOp>(b, lo, begin, n, inv);
+      bad = run_chunk<F16, kOp, kMax>(b, lo, begin, n, inv, &mx);
       break;
     case DType::bf16:
-      bad = run_chunk<BF16, kOp>(b, lo, begin, n, inv);
+      bad = run_chunk<BF16, kOp, kMax>(b, lo, begin, n, inv, &mx);
       break;
+  }
+  // Block max: shuffles within a warp (__reduce_max_sync needs sm_80; sm_75 is built too), then
+  // one slot per warp, read after the barrier of __syncthreads_or. Non-negative floats order
+  // like their bits, so the max and the atomic work on the uint32 bits.
+  __shared__ unsigned warp_max[kThreads / 32];
+  if constexpr (kMax) {
+    unsigned m = __float_as_uint(mx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      m = max_bits(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
   }
   // Only ever set, never cleared: the caller pre-zeroes found_inf.
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+  if constexpr (kMax) {
+    if (threadIdx.x == 0) {
+      unsigned m = 0;
+#pragma unroll
+      for (int w = 0; w < kThreads / 32; ++w)
+        m = max_bits(m, warp_max[w]);
+      // Likewise only ever raised (pre-zeroed); a block of zeros or non-finite values skips it.
+      if (m > 0) atomicMax(reinterpret_cast<unsigned*>(absmax), m);
+    }
+  }
 }
 
 /// A non-empty span as the launch loop sees it.
@@ -234,9 +240,9 @@ bool valid_dtype(DType t) {
   return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::bf16);
 }
 
-template <int N, int P, Op kOp>
+template <int N, int P, Op kOp, bool kMax>
 int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, float* found,
-               cudaStream_t stream) {
+               float* absmax, cudaStream_t stream) {
   Batch<N, P> b;
   std::size_t i = 0;
   while (i < items.size()) {
@@ -255,7 +261,8 @@ int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, 
       ++i;
     }
     b.chunk_start[b.count] = chunks;
-    list_kernel<N, P, kOp><<<unsigned(chunks), kThreads, 0, stream>>>(b, inv_dev, inv, found);
+    list_kernel<N, P, kOp, kMax>
+        <<<unsigned(chunks), kThreads, 0, stream>>>(b, inv_dev, inv, found, absmax);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return int(e);
   }
   return 0;
@@ -263,12 +270,15 @@ int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, 
 
 template <int P, Op kOp>
 int launch(const std::vector<Item>& items, const float* inv_dev, float inv, float* found,
-           void* stream) {
+           float* absmax, void* stream) {
   if (items.empty()) return 0;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (items.size() <= std::size_t(kSmallBatch))
-    return launch_all<kSmallBatch, P, kOp>(items, inv_dev, inv, found, s);
-  return launch_all<kLargeBatch, P, kOp>(items, inv_dev, inv, found, s);
+  const bool small = items.size() <= std::size_t(kSmallBatch);
+  if (absmax)
+    return small ? launch_all<kSmallBatch, P, kOp, true>(items, inv_dev, inv, found, absmax, s)
+                 : launch_all<kLargeBatch, P, kOp, true>(items, inv_dev, inv, found, absmax, s);
+  return small ? launch_all<kSmallBatch, P, kOp, false>(items, inv_dev, inv, found, nullptr, s)
+               : launch_all<kLargeBatch, P, kOp, false>(items, inv_dev, inv, found, nullptr, s);
 }
 
 /// Checks every span before anything is queued; empty spans are dropped.
@@ -288,20 +298,24 @@ bool collect(const Span* spans, std::size_t count, std::vector<Item>* items) {
 }  // namespace
 
 int unscale_and_check(const Span* spans, std::size_t count, const float* inv_scale_dev,
-                      float inv_scale_value, float* found_inf_dev, void* stream) {
+                      float inv_scale_value, float* found_inf_dev, void* stream,
+                      float* absmax_dev) {
   std::vector<Item> items;
   if (!found_inf_dev || !collect(spans, count, &items)) return kInvalidInput;
-  return launch<1, Op::unscale>(items, inv_scale_dev, inv_scale_value, found_inf_dev, stream);
+  return launch<1, Op::unscale>(items, inv_scale_dev, inv_scale_value, found_inf_dev, absmax_dev,
+                                stream);
 }
 
-int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream) {
+int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream,
+                 float* absmax_dev) {
   std::vector<Item> items;
   if (!found_inf_dev || !collect(spans, count, &items)) return kInvalidInput;
-  return launch<1, Op::check>(items, nullptr, 1.0f, found_inf_dev, stream);
+  return launch<1, Op::check>(items, nullptr, 1.0f, found_inf_dev, absmax_dev, stream);
 }
 
 int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float* inv_scale_dev,
-                           float inv_scale_value, float* found_inf_dev, void* stream) {
+                           float inv_scale_value, float* found_inf_dev, void* stream,
+                           float* absmax_dev) {
   if (!found_inf_dev || (count > 0 && !spans)) return kInvalidInput;
   std::vector<Item> items;
   items.reserve(count);
@@ -312,7 +326,8 @@ int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float
     if (!s.src || !s.dst) return kInvalidInput;
     items.push_back({{const_cast<void*>(s.src), s.dst}, s.numel, s.src_dtype});
   }
-  return launch<2, Op::move>(items, inv_scale_dev, inv_scale_value, found_inf_dev, stream);
+  return launch<2, Op::move>(items, inv_scale_dev, inv_scale_value, found_inf_dev, absmax_dev,
+                             stream);
 }
 
 std::size_t max_spans_per_launch() {
