@@ -66,7 +66,7 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
   const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
   moved_.push_back(&opt);
   ++unscales_;
-  report_unscale(optimizer_id_of(opt), found);
+  report_unscale(optimizer_id_of(opt), found, tracker_.grad_size(opt));
   return found;
 }
 
@@ -84,7 +84,7 @@ bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   // update() with nothing else raises "No inf checks were recorded prior to update."
   if (!tracker_.has_inf_checks(opt)) return found;
   ++unscales_;
-  report_unscale(optimizer_id_of(opt), found);
+  report_unscale(optimizer_id_of(opt), found, tracker_.grad_size(opt));
   return found;
 }
 
@@ -102,7 +102,7 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
   // torch, and the keeper still hears of them.
   StepOutcome out = tracker_.step(opt, inverse(scale_), [&](bool found) {
     ++unscales_;
-    report_unscale(id, found);
+    report_unscale(id, found, tracker_.grad_size(opt));
   });
   report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_});
   return out;
@@ -165,9 +165,10 @@ class Job final : public JobContext {
         it_(it) {}
 
  private:
-  void report_unscale(optimizer_id opt, bool found_inf) override {
+  void report_unscale(optimizer_id opt, bool found_inf, const GradSize& size) override {
     ++it_.unscales;
-    self_->send(self_->state.keeper, UnscaleDone{iteration(), opt, found_inf, scale()});
+    self_->send(self_->state.keeper,
+                UnscaleDone{iteration(), opt, found_inf, scale(), size.max, size.dtype_max});
   }
   void report_step(const StepResult& r) override {
     it_.steps.push_back(r);

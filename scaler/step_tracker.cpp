@@ -6,7 +6,10 @@
 #include <ATen/ops/zeros.h>
 #include <torch/optim/optimizer.h>
 
+#include <c10/util/BFloat16.h>
+
 #include <algorithm>
+#include <limits>
 #include <string>
 
 namespace ampactor {
@@ -17,8 +20,88 @@ bool OptimizerRecord::any_found_inf() const {
   return false;
 }
 
-std::vector<std::pair<c10::Device, at::Tensor>> StepTracker::unscale_grads(
-    torch::optim::Optimizer& opt, float inv_scale) const {
+double dtype_max_of(c10::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return 65504.0;
+    case at::kBFloat16:
+      return double(std::numeric_limits<c10::BFloat16>::max());
+    case at::kFloat:
+      return double(std::numeric_limits<float>::max());
+    case at::kDouble:
+      return std::numeric_limits<double>::max();
+    default:
+      return 0;
+  }
+}
+
+GradSize OptimizerRecord::grad_size() const {
+  GradSize best;
+  for (const auto& [dtype_max, t] : absmax) {
+    const double m = t.item<float>();
+    if (best.dtype_max == 0 || m / dtype_max > best.max / best.dtype_max) best = {m, dtype_max};
+  }
+  return best;
+}
+
+namespace {
+
+at::Tensor zero_on(c10::Device device) {
+  return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+}
+
+/// Groups a list by dtype so that each gets its own grad_absmax: a size is only comparable with
+/// its own dtype's largest value.
+std::vector<std::pair<c10::ScalarType, std::vector<std::size_t>>> by_dtype(
+    const std::vector<at::Tensor>& ts) {
+  std::vector<std::pair<c10::ScalarType, std::vector<std::size_t>>> out;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const auto& e) { return e.first == ts[i].scalar_type(); });
+    if (it == out.end()) it = out.insert(out.end(), {ts[i].scalar_type(), {}});
+    it->second.push_back(i);
+  }
+  return out;
+}
+
+std::vector<at::Tensor> pick(const std::vector<at::Tensor>& ts, const std::vector<std::size_t>& i) {
+  std::vector<at::Tensor> out;
+  out.reserve(i.size());
+  for (std::size_t j : i)
+    out.push_back(ts[j]);
+  return out;
+}
+
+/// Measures a list that mixes dtypes: a read-only pass per dtype, before the one call that checks
+/// and writes the whole list (so a refusal still changes nothing). One dtype: nothing to do here,
+/// the single call measures. Returns whether it measured.
+bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found,
+                   std::vector<std::pair<double, at::Tensor>>& absmax) {
+  const auto groups = by_dtype(grads);
+  if (groups.size() <= 1) return false;
+  for (const auto& [dtype, index] : groups) {
+    at::Tensor a = zero_on(found.device());
+    kernels::check_finite(pick(grads, index), found, a);
+    absmax.emplace_back(dtype_max_of(dtype), a);
+  }
+  return true;
+}
+
+/// unscale_and_check of `grads` into `found`, measuring them (absmax per dtype).
+void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at::Tensor& found,
+                      std::vector<std::pair<double, at::Tensor>>& absmax) {
+  if (measure_mixed(grads, found, absmax)) {
+    kernels::unscale_and_check(grads, inv_scale, found);
+  } else {
+    at::Tensor a = zero_on(found.device());
+    kernels::unscale_and_check(grads, inv_scale, found, a);
+    if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
+  }
+}
+
+}  // namespace
+
+Unscaled StepTracker::unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const {
   // Collect and check everything before the first write, so a refusal changes nothing.
   std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> per_device;
   for (auto& group : opt.param_groups()) {
@@ -42,21 +125,22 @@ std::vector<std::pair<c10::Device, at::Tensor>> StepTracker::unscale_grads(
       it->second.push_back(to_unscale);
     }
   }
-  std::vector<std::pair<c10::Device, at::Tensor>> found;
+  Unscaled out;
   for (auto& [device, grads] : per_device) {
-    at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-    kernels::unscale_and_check(grads, inv_scale, f);  // refusals: invalid_gradients
-    found.emplace_back(device, f);
+    at::Tensor f = zero_on(device);
+    unscale_measured(grads, inv_scale, f, out.absmax);  // refusals: invalid_gradients
+    out.found_inf_per_device.emplace_back(device, f);
   }
-  return found;
+  return out;
 }
 
 bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   auto it = records_.find(&opt);
   check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
-  auto found = unscale_grads(opt, inv_scale);
+  Unscaled found = unscale_grads(opt, inv_scale);
   OptimizerRecord& rec = records_[&opt];
-  rec.found_inf_per_device = std::move(found);
+  rec.found_inf_per_device = std::move(found.found_inf_per_device);
+  rec.absmax = std::move(found.absmax);
   rec.stage = OptState::unscaled;
   return rec.any_found_inf();
 }
@@ -103,14 +187,22 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
     dest[i] = mg;
   }
   const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
-  at::Tensor f = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  at::Tensor f = zero_on(device);
+  std::vector<std::pair<double, at::Tensor>> absmax;
   // The move first: if it refuses its input, no adopted gradient has been touched.
-  kernels::move_grads_and_unscale(from, to, inv_scale, f);
-  kernels::unscale_and_check(adopted, inv_scale, f);
+  if (measure_mixed(from, f, absmax)) {
+    kernels::move_grads_and_unscale(from, to, inv_scale, f);
+  } else {
+    at::Tensor a = zero_on(device);
+    kernels::move_grads_and_unscale(from, to, inv_scale, f, a);
+    if (!from.empty()) absmax.emplace_back(dtype_max_of(from[0].scalar_type()), a);
+  }
+  if (!adopted.empty()) unscale_measured(adopted, inv_scale, f, absmax);
   for (std::size_t i = 0; i < masters.size(); ++i)
     masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = {{f.device(), f}};
+  rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
   return rec.any_found_inf();
 }
@@ -122,12 +214,13 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   check_can_step(stage);
   StepOutcome out;
   out.unscaled_here = stage == OptState::ready;
-  std::vector<std::pair<c10::Device, at::Tensor>> found =
-      out.unscaled_here ? unscale_grads(opt, inv_scale) : it->second.found_inf_per_device;
-  if (found.empty())
+  Unscaled found = out.unscaled_here ? unscale_grads(opt, inv_scale)
+                                     : Unscaled{it->second.found_inf_per_device, it->second.absmax};
+  if (found.found_inf_per_device.empty())
     throw ScalerError(errc::no_inf_checks_for_optimizer, texts::no_inf_checks_for_optimizer);
   OptimizerRecord& rec = records_[&opt];
-  rec.found_inf_per_device = std::move(found);
+  rec.found_inf_per_device = std::move(found.found_inf_per_device);
+  rec.absmax = std::move(found.absmax);
   rec.stage = OptState::unscaled;
   out.found_inf = rec.any_found_inf();
   out.skipped = out.found_inf;
@@ -147,6 +240,12 @@ std::optional<bool> StepTracker::found_inf(const torch::optim::Optimizer& opt) c
   auto it = records_.find(&opt);
   if (it == records_.end() || it->second.stage == OptState::ready) return std::nullopt;
   return it->second.any_found_inf();
+}
+
+GradSize StepTracker::grad_size(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  if (it == records_.end() || it->second.stage == OptState::ready) return {};
+  return it->second.grad_size();
 }
 
 bool StepTracker::has_inf_checks(const torch::optim::Optimizer& opt) const {

@@ -40,15 +40,18 @@ struct GoldenRig {
         if (auto* s = std::get_if<ScaleReply>(&r->msg)) scale_of[s->k] = s->scale;
   }
   void anon(KeeperInput m) { send(trace_anonymous, std::move(m)); }
-  /// One optimizer's report for iteration k, with the scale the trainer was given for k.
-  void report(const std::string& opt, iteration_t k, optimizer_id id, bool inf) {
-    send(opt, UnscaleDone{k, id, inf, scale_of.at(k)});
+  /// One optimizer's report for iteration k, with the scale the trainer was given for k, and the
+  /// gradients' size when measured (dtype_max 0: not).
+  void report(const std::string& opt, iteration_t k, optimizer_id id, bool inf, double grad_max = 0,
+              double dtype_max = 0) {
+    send(opt, UnscaleDone{k, id, inf, scale_of.at(k), grad_max, dtype_max});
   }
 };
 
 /// exact policy, one optimizer, overflows at 4, 5 and 9; the trainer subscribes, sends
 /// UpdateScale{k} and ScaleRequest{k+1} before the optimizer reports k (so the request waits), and
-/// asks up_to_date and immediate getters mid-run.
+/// asks up_to_date and immediate getters mid-run. The reports carry fp16 gradient sizes (version
+/// 5): 20000 + 4000 k, so a doubled scale would overflow from k = 4 on.
 inline void golden_overflow_exact(std::shared_ptr<TraceSink> sink) {
   const auto o = GradScalerOptions().init_scale(1024).growth_interval(3);
   GoldenRig r(o, ScalePolicy::exact, std::move(sink));
@@ -59,7 +62,7 @@ inline void golden_overflow_exact(std::shared_ptr<TraceSink> sink) {
     if (k == 6) r.send(r.trainer, GetParams{true});
     r.send(r.trainer, ScaleRequest{k + 1});
     if (k == 7) r.send(r.trainer, GetParams{false});
-    r.report(r.opt1, k, 7001, k == 4 || k == 5 || k == 9);
+    r.report(r.opt1, k, 7001, k == 4 || k == 5 || k == 9, 20000.0 + 4000.0 * double(k), 65504);
   }
   r.send(r.trainer, GetStateDict{});
 }

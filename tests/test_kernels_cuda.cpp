@@ -157,6 +157,39 @@ TEST_CASE("CUDA check_finite finds inf and NaN and writes nothing") {
   });
 }
 
+TEST_CASE("CUDA grad_absmax of check_finite and unscale_and_check equals the CPU kernels'") {
+  SKIP_WITHOUT_GPU();
+  for_each_case([&](at::ScalarType dtype, Layout l, Poison p) {
+    CAPTURE(c10::toString(dtype));
+    CAPTURE(name(l));
+    CAPTURE(name(p));
+    auto grads = make_list(dtype, l, p, 13);
+    std::vector<std::unique_ptr<DeviceView>> views;
+    std::vector<gpu::Span> spans;
+    for (auto& g : grads) {
+      views.push_back(std::make_unique<DeviceView>(g));
+      for (const gpu::Span& s : views.back()->spans())
+        spans.push_back(s);
+    }
+    at::Tensor found_cpu = at::zeros({}, at::kFloat), max_cpu = at::zeros({}, at::kFloat);
+    k::check_finite(grads, found_cpu, max_cpu);
+    DeviceBuffer flag(sizeof(float)), max_check(sizeof(float)), max_unscale(sizeof(float));
+    const float zero = 0.0f;
+    flag.upload(&zero);
+    max_check.upload(&zero);
+    max_unscale.upload(&zero);
+    require_ok(gpu::check_finite(spans.data(), spans.size(), static_cast<float*>(flag.ptr), nullptr,
+                                 static_cast<float*>(max_check.ptr)));
+    require_ok(gpu::unscale_and_check(spans.data(), spans.size(), nullptr, 0.25f,
+                                      static_cast<float*>(flag.ptr), nullptr,
+                                      static_cast<float*>(max_unscale.ptr)));
+    REQUIRE(cudaDeviceSynchronize() == 0);
+    CHECK(read_flag(max_check) == max_cpu.item<float>());
+    CHECK(read_flag(max_unscale) == max_cpu.item<float>());  // measured before the multiply
+    CHECK(read_flag(flag) == expected_flag(p));
+  });
+}
+
 TEST_CASE("CUDA move_grads_and_unscale equals the CPU kernels on every dtype, layout and poison") {
   SKIP_WITHOUT_GPU();
   for_each_case([&](at::ScalarType dtype, Layout l, Poison p) {

@@ -49,6 +49,37 @@ TEST_CASE("CUDA tensors: the entry points equal the CPU kernels, layouts kept, s
   });
 }
 
+TEST_CASE("CUDA tensors: grad_absmax equals the CPU kernels' for every op, dtype and layout") {
+  SKIP_WITHOUT_GPU();
+  for_each_case([&](at::ScalarType dtype, Layout l, Poison p) {
+    CAPTURE(c10::toString(dtype));
+    CAPTURE(name(l));
+    CAPTURE(name(p));
+    auto cpu = make_list(dtype, l, p, 37);
+    std::vector<at::Tensor> cuda, cuda_check, cuda_src, masters, cpu_masters;
+    for (auto& g : cpu) {
+      cuda.push_back(to_cuda_view(g));
+      cuda_check.push_back(to_cuda_view(g));
+      cuda_src.push_back(to_cuda_view(g));
+      masters.push_back(at::empty(g.sizes(), at::TensorOptions().device(at::kCUDA)));
+      cpu_masters.push_back(at::empty(g.sizes(), at::kFloat));
+    }
+    const auto dev = at::TensorOptions().device(at::kCUDA);
+    at::Tensor found = at::zeros({1}, dev), m1 = at::zeros({1}, dev), m2 = at::zeros({1}, dev),
+               m3 = at::zeros({1}, dev);
+    at::Tensor found_cpu = at::zeros({}), m_cpu = at::zeros({}), m_move_cpu = at::zeros({});
+    k::move_grads_and_unscale(cpu, cpu_masters, 0.5f, found_cpu, m_move_cpu);
+    k::unscale_and_check(cpu, 0.375f, found_cpu, m_cpu);
+    k::unscale_and_check(cuda, at::full({1}, 0.375f, dev), found, m1);
+    k::check_finite(cuda_check, found, m2);
+    k::move_grads_and_unscale(cuda_src, masters, 0.5f, found, m3);
+    CHECK(m_cpu.item<float>() == m_move_cpu.item<float>());
+    CHECK(m1.item<float>() == m_cpu.item<float>());
+    CHECK(m2.item<float>() == m_cpu.item<float>());
+    CHECK(m3.item<float>() == m_cpu.item<float>());
+  });
+}
+
 TEST_CASE("CUDA tensors: move_grads_and_unscale into contiguous, transposed and sliced masters") {
   SKIP_WITHOUT_GPU();
   for (at::ScalarType dtype : kGradTypes)

@@ -27,7 +27,7 @@ auto fields(const ScaleReply& x) {
   return std::tie(x.k, x.scale);
 }
 auto fields(const UnscaleDone& x) {
-  return std::tie(x.k, x.optimizer, x.found_inf, x.scale_used);
+  return std::tie(x.k, x.optimizer, x.found_inf, x.scale_used, x.grad_max, x.dtype_max);
 }
 auto fields(const StepResult& x) {
   return std::tie(x.k, x.optimizer, x.found_inf, x.skipped, x.scale_used);
@@ -129,7 +129,7 @@ TEST_CASE("every registered message type round-trips through CAF's serializer, f
   };
   check(ScaleRequest{-3});
   check(ScaleReply{9, 65536.0f});
-  check(UnscaleDone{11, 0x1234567890ULL, true, 0.25f});
+  check(UnscaleDone{11, 0x1234567890ULL, true, 0.25f, 31744.5, 65504});
   check(two_steps()[0]);
   check(UpdateScale{12, 3});
   check(UpdateApplied{13, 32768.0f, 1999, true, true, false, true, true});

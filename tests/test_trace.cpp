@@ -176,13 +176,20 @@ TEST_CASE("numbers and texts read back bit for bit") {
   }
 }
 
-TEST_CASE("version 1, 2 and 3 golden traces read as version 4 values and replay identically") {
+// An event as an older version wrote it: with no gradient size (version 5's UnscaleDone fields).
+std::string without_size(TraceEvent e) {
+  if (auto* d = std::get_if<UnscaleDone>(&e.msg)) d->grad_max = d->dtype_max = 0;
+  return to_json_line(e);
+}
+
+TEST_CASE("version 1 to 4 golden traces read as version 5 values and replay identically") {
   for (const auto& g : test::golden_traces()) {
-    if (g.since > 1) continue;
+    if (g.since > 4) continue;
     CAPTURE(g.file);
     const Trace now = read_trace(golden(g.file).string());
     CHECK(now.header.version == trace_schema_version);
-    for (int v : {1, 2, 3}) {
+    for (int v : {1, 2, 3, 4}) {
+      if (v < g.since) continue;
       CAPTURE(v);
       const Trace old =
           read_trace((fs::path(AMPACTOR_TRACES_DIR) / ("v" + std::to_string(v)) / g.file).string());
@@ -193,7 +200,7 @@ TEST_CASE("version 1, 2 and 3 golden traces read as version 4 values and replay 
       // The same scenario, written by each version: the same events once read.
       REQUIRE(old.events.size() == now.events.size());
       for (std::size_t i = 0; i < old.events.size(); ++i)
-        CHECK(to_json_line(old.events[i]) == to_json_line(now.events[i]));
+        CHECK(to_json_line(old.events[i]) == without_size(now.events[i]));
     }
   }
 }

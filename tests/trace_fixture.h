@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string slurp(const fs::path& p) {
+[[maybe_unused]] std::string slurp(const fs::path& p) {
   std::ifstream in(p);
   std::ostringstream o;
   o << in.rdbuf();
@@ -71,12 +71,12 @@ struct Scratch {
         FTW_DEPTH | FTW_PHYS);
   }
 };
-const fs::path& scratch() {
+[[maybe_unused]] const fs::path& scratch() {
   static Scratch s;
   return s.dir;
 }
 
-fs::path golden(const char* name) {
+[[maybe_unused]] fs::path golden(const char* name) {
   return fs::path(AMPACTOR_TRACES_DIR) / name;
 }
 

@@ -35,8 +35,13 @@ void print_counts(const WhatIfResult& r) {
   row("growths", a.growths, b.growths);
   row("final scale", a.final_scale, b.final_scale);
   row("min scale", a.min_scale, b.min_scale);
-  std::cout << "iterations where the recorded found_inf is a guess at the what-if scale: "
-            << r.uncertain << "\n";
+  std::cout << "found_inf at the what-if scale predicted from the gradients' size: " << r.predicted
+            << " iterations (" << r.predicted_changed << " differ from the record)\n"
+            << "found_inf at the what-if scale unknown, taken as recorded: " << r.uncertain
+            << " iterations (an overflow recorded at a larger scale"
+            << (r.predicted == 0 ? ", or a clean step at a smaller one: this trace has no sizes"
+                                 : "")
+            << ")\n";
 }
 
 }  // namespace

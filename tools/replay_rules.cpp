@@ -119,7 +119,7 @@ void print_rules(std::ostream& out, const std::vector<RuleRun>& runs, bool quiet
   out << std::setw(28) << std::left << "" << std::right << std::setw(12) << "skips" << std::setw(10)
       << "backoffs" << std::setw(10) << "growths" << std::setw(14) << "final scale" << std::setw(14)
       << "min scale"
-      << "  iterations where found_inf is a guess\n";
+      << "  found_inf predicted (changed) / unknown\n";
   auto line = [&](const std::string& label, const WhatIfCounts& c, const std::string& extra) {
     out << std::setw(28) << std::left << label.substr(0, 27) << std::right << std::setw(12)
         << c.skips << std::setw(10) << c.backoffs << std::setw(10) << c.growths << std::setw(14)
@@ -127,7 +127,9 @@ void print_rules(std::ostream& out, const std::vector<RuleRun>& runs, bool quiet
   };
   line("recorded", runs.front().result.recorded, "");
   for (const auto& r : runs) {
-    std::string extra = std::to_string(r.result.uncertain);
+    std::string extra = std::to_string(r.result.predicted) + " (" +
+                        std::to_string(r.result.predicted_changed) + ") / " +
+                        std::to_string(r.result.uncertain);
     if (r.result.halted_at >= 0)
       extra += "; halted at iteration " + std::to_string(r.result.halted_at) +
                " (the scale at its minimum: the peer ends the run)";

@@ -1,4 +1,4 @@
-// Reading traces: every line checked (fields, types, sequence), version 1 turned into version 2.
+// Reading traces: every line checked (fields, types, sequence), older versions brought up to date.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -234,10 +234,12 @@ TraceHeader read_header(const json& j) {
   return h;
 }
 
-/// A version 1 to 3 message with version 4's fields: no rule raised (UpdateApplied.halted) and
-/// none had hysteresis (StateDict's, also inside LoadStateDict).
-json upgrade_to_v4(const std::string& type, const json& msg) {
+/// A version 1 to 4 message with version 5's fields: no rule raised (UpdateApplied.halted), none
+/// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured.
+json upgrade_to_v5(const std::string& type, const json& msg, int version) {
   json m = msg;
+  if (type == "UnscaleDone" && !m.contains("grad_max")) m["grad_max"] = 0, m["dtype_max"] = 0;
+  if (version >= 4) return m;
   if (type == "UpdateApplied" && !m.contains("halted")) m["halted"] = false;
   json* sd = type == "StateDict" ? &m : nullptr;
   if (type == "LoadStateDict" && m.contains("state") && m["state"].is_object()) sd = &m["state"];
@@ -264,7 +266,7 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
   const json& raw = r.at("msg");
   if (!raw.is_object()) r.wrong("msg", raw, "an object");
   r.done();
-  const json msg = version <= 3 ? upgrade_to_v4(type, raw) : raw;
+  const json msg = version <= 4 ? upgrade_to_v5(type, raw, version) : raw;
   std::optional<TraceMessage> v1_msg;
   if (version == 1) v1_msg = read_v1(type, msg);
   if (v1_msg) {
@@ -301,6 +303,10 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
         }
       },
       e.msg);
+  if (auto* d = std::get_if<UnscaleDone>(&e.msg))
+    if (!(d->grad_max >= 0 && d->dtype_max >= 0 && std::isfinite(d->dtype_max) &&
+          (d->dtype_max == 0 ? d->grad_max == 0 : d->grad_max <= d->dtype_max)))
+      throw Bad("UnscaleDone: grad_max must lie in [0, dtype_max] (both 0: not measured)");
   if (is_keeper_input(e.msg) ? e.to != trace_keeper : e.from != trace_keeper)
     throw Bad(type + (is_keeper_input(e.msg) ? " must go to" : " must come from") + " \"keeper\"");
   return e;

@@ -129,6 +129,32 @@ void count(WhatIfCounts& c, const UpdateApplied& a, float scale) {
 
 }  // namespace
 
+const char* basis_name(WhatIfBasis b) {
+  switch (b) {
+    case WhatIfBasis::none:
+      return "";
+    case WhatIfBasis::same:
+      return "same";
+    case WhatIfBasis::bound:
+      return "bound";
+    case WhatIfBasis::predicted:
+      return "predicted";
+    case WhatIfBasis::unknown:
+      return "unknown";
+  }
+  return "";
+}
+
+std::pair<bool, WhatIfBasis> found_inf_at(const UnscaleDone& d, float scale) {
+  const double s = d.scale_used, t = scale;
+  if (t == s) return {d.found_inf, WhatIfBasis::same};
+  if (d.found_inf) return {true, t > s ? WhatIfBasis::bound : WhatIfBasis::unknown};
+  if (t < s) return {false, WhatIfBasis::bound};
+  if (d.dtype_max <= 0 || !(s > 0)) return {false, WhatIfBasis::unknown};
+  // A power-of-two ratio keeps every value on the dtype's grid, so this is exact then.
+  return {d.grad_max * (t / s) > d.dtype_max, WhatIfBasis::predicted};
+}
+
 WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
   WhatIfResult r;
   const auto iters = plan(trace);
@@ -163,17 +189,21 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
     b.send(trainer, *p.update);
     if (i + 1 < iters.size()) b.send(trainer, ScaleRequest{iters[i + 1].k});
     const float s = reply_for(p.k).value_or(*p.scale_used);
-    for (UnscaleDone d : p.reports) {
-      d.scale_used = s;
-      b.send(optimizer, d);
-    }
-    if (p.closed) b.send(optimizer, *p.closed);
-
     WhatIfRow row;
     row.k = p.k;
     row.has_unscales = !p.reports.empty() && !std::holds_alternative<SetScale>(*p.update);
-    for (const auto& d : p.reports)
+    for (UnscaleDone d : p.reports) {
+      const auto [found, basis] = found_inf_at(d, s);
       row.found_inf = row.found_inf || d.found_inf;
+      row.whatif_found_inf = row.whatif_found_inf || found;
+      row.basis = std::max(row.basis, basis);  // the weakest basis of the row's reports
+      d.scale_used = s;
+      d.found_inf = found;
+      b.send(optimizer, d);
+    }
+    if (!row.has_unscales) row.basis = WhatIfBasis::none;
+    if (p.closed) b.send(optimizer, *p.closed);
+
     row.recorded_scale = *p.scale_used;
     row.whatif_scale = s;
     if (p.applied) {
@@ -191,9 +221,10 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
         break;
       }
     }
-    if (row.has_unscales && ((row.found_inf && row.whatif_scale < row.recorded_scale) ||
-                             (!row.found_inf && row.whatif_scale > row.recorded_scale)))
-      ++r.uncertain;
+    r.uncertain += row.basis == WhatIfBasis::unknown;
+    r.predicted += row.basis == WhatIfBasis::predicted;
+    r.predicted_changed +=
+        row.basis == WhatIfBasis::predicted && row.whatif_found_inf != row.found_inf;
     r.rows.push_back(row);
   }
   return r;
@@ -202,10 +233,11 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
 std::string what_if_csv(const WhatIfResult& r) {
   std::ostringstream o;
   o.precision(9);
-  o << "k,found_inf,recorded_scale,whatif_scale,recorded_backoff,whatif_backoff,recorded_grew,"
-       "whatif_grew\n";
+  o << "k,found_inf,whatif_found_inf,basis,recorded_scale,whatif_scale,recorded_backoff,"
+       "whatif_backoff,recorded_grew,whatif_grew\n";
   for (const auto& w : r.rows)
-    o << w.k << ',' << int(w.found_inf) << ',' << w.recorded_scale << ',' << w.whatif_scale << ','
+    o << w.k << ',' << int(w.found_inf) << ',' << int(w.whatif_found_inf) << ','
+      << basis_name(w.basis) << ',' << w.recorded_scale << ',' << w.whatif_scale << ','
       << int(w.recorded_backoff) << ',' << int(w.whatif_backoff) << ',' << int(w.recorded_grew)
       << ',' << int(w.whatif_grew) << '\n';
   return o.str();

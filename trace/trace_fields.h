@@ -20,7 +20,7 @@ void fields(F& f, ScaleReply& x) {
 template <class F>
 void fields(F& f, UnscaleDone& x) {
   f("k", x.k), f("optimizer", x.optimizer), f("found_inf", x.found_inf),
-      f("scale_used", x.scale_used);
+      f("scale_used", x.scale_used), f("grad_max", x.grad_max), f("dtype_max", x.dtype_max);
 }
 template <class F>
 void fields(F& f, UpdateScale& x) {

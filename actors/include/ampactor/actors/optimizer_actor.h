@@ -74,7 +74,8 @@ class JobContext {
   JobContext(iteration_t k, float scale, bool enabled, UnscalePermit permit, caf::actor_id runner,
              StepTracker& tracker);
   virtual ~JobContext();
-  virtual void report_unscale(optimizer_id opt, bool found_inf) = 0;
+  /// size: how large the gradients were (StepTracker::grad_size).
+  virtual void report_unscale(optimizer_id opt, bool found_inf, const GradSize& size) = 0;
   virtual void report_step(const StepResult& r) = 0;
 
  private:

@@ -40,6 +40,12 @@ struct UnscaleDone {
   optimizer_id optimizer = 0;
   bool found_inf = false;
   float scale_used = 0;
+  /// How large the gradients were, measured in the same pass: the largest finite |gradient| as
+  /// made at scale_used, and the largest finite value of that gradient's dtype (of the dtype
+  /// nearest to overflow, when an optimizer's gradients mix dtypes). dtype_max 0: not measured.
+  /// The keeper does not use them; traces record them, and what-if replays predict from them.
+  double grad_max = 0;
+  double dtype_max = 0;
 };
 
 /// optimizer -> trainer and subscribers: what became of one optimizer's step in iteration k.

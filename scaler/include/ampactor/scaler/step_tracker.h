@@ -20,12 +20,33 @@ class Optimizer;
 
 namespace ampactor {
 
+/// How large one optimizer's gradients were when unscaled (UnscaleDone's grad_max, dtype_max):
+/// the largest finite |gradient| as made at the scale, and the largest finite value of its dtype.
+/// With several dtypes, the one whose gradients came nearest to overflow. dtype_max 0: unknown.
+struct GradSize {
+  double max = 0;
+  double dtype_max = 0;
+};
+
+/// The largest finite value of a gradient dtype (fp16, bf16, fp32, fp64); 0 for any other.
+double dtype_max_of(c10::ScalarType t);
+
 /// Per-optimizer record between two update() calls.
 struct OptimizerRecord {
   OptState stage = OptState::ready;
   /// One 1-element float tensor per device that had gradients (set by unscale_).
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
+  /// The kernels' grad_absmax per dtype and device: (that dtype's largest finite value, tensor).
+  std::vector<std::pair<double, at::Tensor>> absmax;
   bool any_found_inf() const;
+  /// Reads `absmax` (a device sync, as any_found_inf is).
+  GradSize grad_size() const;
+};
+
+/// unscale_'s results, before they become a record.
+struct Unscaled {
+  std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
+  std::vector<std::pair<double, at::Tensor>> absmax;
 };
 
 /// What step() did with one optimizer.
@@ -58,6 +79,8 @@ class StepTracker {
   /// hears of an unscale done here before opt.step() runs (which may throw).
   StepOutcome step(torch::optim::Optimizer& opt, float inv_scale,
                    const std::function<void(bool found_inf)>& on_unscaled = nullptr);
+  /// How large `opt`'s gradients were at its unscale in this iteration (unknown before it).
+  GradSize grad_size(const torch::optim::Optimizer& opt) const;
 
   OptState stage(const torch::optim::Optimizer& opt) const;
   /// nullopt before unscale_/step in this iteration.
@@ -73,8 +96,7 @@ class StepTracker {
 
  private:
   /// Unscales into a fresh record without touching records_ (so a refusal changes nothing).
-  std::vector<std::pair<c10::Device, at::Tensor>> unscale_grads(torch::optim::Optimizer& opt,
-                                                                float inv_scale) const;
+  Unscaled unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const;
 
   bool allow_fp16_grads_;
   std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord> records_;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ampactor/trace/trace.h>
@@ -31,9 +32,27 @@ struct ReplayResult {
 /// no divergence, and `identical` then means "identical as far as it goes" (say so).
 ReplayResult replay_trace(const Trace& trace);
 
+/// How a what-if row's found_inf at the what-if scale was decided.
+enum class WhatIfBasis : std::uint8_t {
+  none,       // no unscale reports (an update(new_scale), an abandoned iteration)
+  same,       // the what-if scale is the recorded one: as recorded
+  bound,      // follows from the record whatever the size: clean at a smaller scale, an
+              // overflow at a larger one
+  predicted,  // from the recorded gradient size: largest finite |gradient| x what-if scale /
+              // recorded scale against the dtype's largest finite value
+  unknown     // cannot be told: an overflow recorded at a larger scale (the size of the inf/NaN
+              // elements is not known; a NaN or inf no scale avoids looks the same), or a clean
+              // step at a smaller scale in a trace without sizes. Taken as recorded.
+};
+
+/// "same", "bound", "predicted", "unknown" ("" for none).
+const char* basis_name(WhatIfBasis b);
+
 struct WhatIfRow {
   iteration_t k = 0;
-  bool found_inf = false;     // as recorded, shared by both columns
+  bool found_inf = false;         // as recorded
+  bool whatif_found_inf = false;  // at the what-if scale (see basis)
+  WhatIfBasis basis = WhatIfBasis::none;
   bool has_unscales = false;  // an update from unscale reports (not a new_scale or abandoned)
   float recorded_scale = 0;   // the scale iteration k's gradients were made with
   float whatif_scale = 0;
@@ -56,9 +75,12 @@ struct WhatIfResult {
   std::vector<WhatIfRow> rows;
   WhatIfCounts recorded;
   WhatIfCounts whatif;
-  /// Rows where the same found_inf is a guess: the what-if scale is above the recorded one on a
-  /// clean iteration (it might have overflowed) or below it on an overflow (it might not have).
+  /// Rows whose what-if found_inf cannot be told (WhatIfBasis::unknown) and is taken as recorded.
   std::int64_t uncertain = 0;
+  /// Rows predicted from the gradient size (WhatIfBasis::predicted), and those of them whose
+  /// prediction differs from the record (an overflow the other scale would have had, or not).
+  std::int64_t predicted = 0;
+  std::int64_t predicted_changed = 0;
   /// The what-if keeper raised at this iteration (the deepspeed rule at its minimum, where
   /// DeepSpeed ends the run): the rows stop there. -1: it did not.
   iteration_t halted_at = -1;
@@ -66,10 +88,16 @@ struct WhatIfResult {
 
 /// Drives a fresh keeper with `settings` through the trace's iterations as an asynchronous trainer
 /// would (iteration k's update, then ScaleRequest{k+1}, then iteration k's unscale reports, so the
-/// lagged policy answers one iteration late), with each iteration's recorded found_inf per
-/// optimizer and the recorded setters, loads and new_scale updates at their iterations. The unscale
-/// reports carry the scale the what-if keeper gave that iteration.
+/// lagged policy answers one iteration late), with the recorded setters, loads and new_scale
+/// updates at their iterations. Each unscale report carries the scale the what-if keeper gave
+/// that iteration and the found_inf that scale gives: predicted from the recorded gradient size
+/// where the trace has it (schema 5), else as recorded (WhatIfBasis says which, per row). The
+/// prediction assumes the gradients scale with the loss scale (nothing overflowed inside the
+/// backward pass before the gradients); it is exact when the two scales differ by a power of two.
 WhatIfResult what_if(const Trace& trace, const TraceHeader& settings);
+
+/// found_inf of one unscale report at another scale, and how that was decided.
+std::pair<bool, WhatIfBasis> found_inf_at(const UnscaleDone& recorded, float scale);
 
 /// The rows as CSV, with a header line.
 std::string what_if_csv(const WhatIfResult& r);
