@@ -51,7 +51,9 @@ export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp exitcode=66 history_size=
 status=0
 for s in "${suites[@]}"; do
   exe=$BUILD/project/tests/$s
-  if ! ldd "$exe" | grep -q "$CAF_LIB/libcaf_core"; then
+  # ldd's output taken whole first: `ldd | grep -q` under pipefail fails when grep exits early.
+  deps=$(ldd "$exe")
+  if ! grep -q "$CAF_LIB/libcaf_core" <<<"$deps"; then
     echo "tsan-gate: $s does not load the instrumented CAF" >&2
     exit 1
   fi
