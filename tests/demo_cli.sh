@@ -1,7 +1,7 @@
 #!/bin/sh
 # ampactor-demo from the command line: bad options are refused with a message and a non-zero
 # exit, and a short run of every mode writes its outputs, with the injected overflow skipped
-# exactly once in each scaled mode and never in the others.
+# exactly once in each scaled mode and never in the others (no burst: --spike-length 0).
 set -u
 demo=$1
 out=$2
@@ -18,14 +18,17 @@ refused "--mode" --mode fp8
 refused "--device" --device tpu
 refused "outside" --steps 10 --overflow-at 10
 refused "--workers" --workers 0.5
+refused "the burst" --steps 10 --spike-at 8 --spike-length 4
+refused "--spike-factor" --spike-factor 0
 refused "no such directory" --steps 2 --text-dir /nonexistent --out "$out/bad"
 refused "unknown option\|not expected\|--bogus" --bogus
 
 rm -rf "$out"
-"$demo" --steps 8 --batch 256 --probe-every 2 --overflow-at 3 --out "$out" \
+"$demo" --steps 8 --batch 256 --probe-every 2 --overflow-at 3 --spike-length 0 --out "$out" \
   --trace "$out/t.jsonl" >"$out.log" 2>&1 || { cat "$out.log"; fail "short run failed"; }
-for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged; do
+for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged fp16-roundpipe fp16-deepspeed; do
   [ "$(wc -l <"$out/$m.csv")" -eq 9 ] || fail "$m.csv should have a header and 8 rows"
+  [ "$(wc -l <"$out/$m.probe.csv")" -eq 5 ] || fail "$m.probe.csv should have a header and 4 rows (0, 2, 4, 6)"
   skipped=$(awk -F, 'NR > 1 { s += $4 } END { print s + 0 }' "$out/$m.csv")
   case $m in
     fp32 | fp16-noscale) want=0 ;;
@@ -33,7 +36,7 @@ for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged; do
   esac
   [ "$skipped" -eq "$want" ] || fail "$m skipped $skipped steps, expected $want"
 done
-for m in fp16-sync fp16-async fp16-async-lagged; do
+for m in fp16-sync fp16-async fp16-async-lagged fp16-roundpipe fp16-deepspeed; do
   [ -s "$out/t.$m.jsonl" ] || fail "no trace for $m"
 done
 [ -s "$out/summary.csv" ] || fail "no summary.csv"

@@ -1,0 +1,76 @@
+// ampactor-demo's runs and report: the settings from the command line, one training run per mode,
+// and the summary table and plot of them all.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "charlm.h"
+
+namespace demo {
+
+/// Every mode, in the order they run.
+inline const std::vector<std::string> kModes = {
+    "fp32",           "fp16-noscale",  "fp16-sync", "fp16-async", "fp16-async-lagged",
+    "fp16-roundpipe", "fp16-deepspeed"};
+
+/// Whether a mode's loss is scaled (by ampactor).
+inline bool scaled(const std::string& mode) {
+  return mode != "fp32" && mode != "fp16-noscale";
+}
+
+struct Settings {
+  int steps = 300;
+  std::int64_t batch = 4096;
+  double lr = 3e-3;
+  std::uint64_t seed = 1;
+  std::vector<int> overflow_at;  // forced overflows: the loss scaled up 1e5x
+  int spike_at = -1;             // the burst's first iteration (-1: 60% of the steps)
+  int spike_length = 4;          // 0: no burst
+  int spike_factor = 16;
+  int growth_interval = 10;  // short, so that 300 steps reach the overflow regime
+  double workers = 64;
+  int probe_every = 25;
+  int threads = 0;
+  std::string out = "out/demo";
+  std::string text_dir = "/usr/share/common-licenses";
+  std::string device = "cpu";
+  std::string trace;  // record each scaled run's keeper messages (JSON Lines)
+  std::vector<std::string> modes = kModes;
+
+  bool in_spike(int k) const {
+    return spike_length > 0 && k >= spike_at && k < spike_at + spike_length;
+  }
+};
+
+struct Summary {
+  std::string mode;
+  double train_loss = 0;  // mean over the last 20 iterations
+  double eval_loss = 0;   // held-out text, fp32 math on the final weights
+  int skipped = 0;
+  int backoffs = 0;
+  double final_scale = 0;
+  double underflow = -1;      // share of fp32-non-zero weight-gradient elements that fp16 zeroed
+  double act_underflow = -1;  // the same at the fp16 activation boundaries of backward
+  double wall_s = 0;
+};
+
+/// One run of `mode`. Writes out/<mode>.csv (per iteration) and out/<mode>.probe.csv (eval loss
+/// and underflow every probe_every iterations).
+Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& shape,
+            const Settings& s);
+
+/// --trace FILE: the trace of one scaled run ("" when not recording it).
+std::string trace_file(const Settings& s, const std::string& mode);
+
+/// The closing table on stdout and out/summary.csv.
+void report(const Settings& s, const std::vector<Summary>& runs);
+
+/// out/demo.png through gnuplot (and out/demo.gp, kept to plot by hand).
+void plot(const Settings& s, const std::vector<Summary>& runs);
+
+/// Sets flush-to-zero on this thread and its OpenMP team (see run.cpp).
+void flush_denormals();
+
+}  // namespace demo

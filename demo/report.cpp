@@ -1,0 +1,121 @@
+// The demo's closing table and its plot: small multiples, so that no run hides under another.
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "demo.h"
+
+namespace demo {
+namespace {
+
+std::string pct(double v) {
+  std::ostringstream o;
+  if (v >= 0)
+    o << std::fixed << std::setprecision(2) << 100 * v << "%";
+  else
+    o << "-";
+  return o.str();
+}
+
+}  // namespace
+
+void report(const Settings& s, const std::vector<Summary>& runs) {
+  std::ofstream sum(s.out + "/summary.csv");
+  sum << "mode,train_loss,eval_loss,skipped,backoffs,final_scale,weight_grad_underflow,"
+         "activation_grad_underflow,wall_s,it_per_s\n";
+  std::cout << "\n"
+            << std::left << std::setw(19) << "mode" << std::right << std::setw(11) << "train loss"
+            << std::setw(10) << "eval loss" << std::setw(9) << "skipped" << std::setw(10)
+            << "backoffs" << std::setw(13) << "final scale" << std::setw(10) << "w-grad uf"
+            << std::setw(10) << "act uf" << std::setw(9) << "wall s" << std::setw(8) << "it/s"
+            << "\n";
+  for (const auto& r : runs) {
+    const double ips = s.steps / r.wall_s;
+    std::cout << std::left << std::setw(19) << r.mode << std::right << std::fixed
+              << std::setprecision(4) << std::setw(11) << r.train_loss << std::setw(10)
+              << r.eval_loss << std::setw(9) << r.skipped << std::setw(10) << r.backoffs
+              << std::setw(13) << std::defaultfloat << (r.final_scale > 0 ? r.final_scale : 1)
+              << std::setw(10) << pct(r.underflow) << std::setw(10) << pct(r.act_underflow)
+              << std::fixed << std::setprecision(1) << std::setw(9) << r.wall_s << std::setw(8)
+              << ips << "\n";
+    sum << r.mode << ',' << r.train_loss << ',' << r.eval_loss << ',' << r.skipped << ','
+        << r.backoffs << ',' << r.final_scale << ',' << r.underflow << ',' << r.act_underflow << ','
+        << r.wall_s << ',' << ips << '\n';
+  }
+  std::cout << std::defaultfloat
+            << "\nw-grad uf: share of weight-gradient elements that are non-zero in fp32 math "
+               "but zero in the fp16 model's gradients\n"
+               "act uf:    share of activation-gradient elements that are non-zero before and "
+               "zero after rounding to fp16 at the layer boundaries of backward\n"
+               "(both measured every "
+            << s.probe_every << " iterations, outside the burst)\n";
+  if (s.spike_length > 0)
+    std::cout << "burst: iterations " << s.spike_at << " to " << s.spike_at + s.spike_length - 1
+              << " draw " << s.spike_factor << "x the batch with the usual normalisation\n";
+  std::cout << "CSVs and summary: " << s.out << "/\n";
+}
+
+void plot(const Settings& s, const std::vector<Summary>& runs) {
+  std::vector<std::string> scaled_runs;
+  for (const auto& r : runs)
+    if (scaled(r.mode)) scaled_runs.push_back(r.mode);
+  const std::string gp = s.out + "/demo.gp";
+  std::ofstream f(gp);
+  const int panels = 3 + int(scaled_runs.size());
+  const int rows = (panels + 1) / 2;
+  const std::string dir = s.out + "/";
+  f << "set terminal pngcairo size 1400," << 360 * rows << " font ',10'\n"
+    << "set output '" << dir << "demo.png'\nset datafile separator ','\n"
+    << "set multiplot layout " << rows << ",2 title 'ampactor-demo: character-level LM, "
+    << (s.device == "cuda" ? "real fp16 on the GPU" : "fp16 emulated on the CPU") << "'\n"
+    << "set key top right font ',8'\nset grid\n";
+  if (s.spike_length > 0)
+    f << "set object 1 rect from " << s.spike_at << ", graph 0 to " << s.spike_at + s.spike_length
+      << ", graph 1 fc rgb '#ffe0c0' fs solid behind\n";
+  // Eval loss and underflow: every run in one panel, each drawn with its own offset (stated in
+  // the title) so that runs with equal values stay visible side by side.
+  const double loss_step = 0.01, uf_step = 0.1;
+  f << "set title 'Eval loss (held-out text, fp32 math; run i drawn +" << loss_step
+    << " i so none hides another)'\nset xlabel 'iteration'\nset ylabel 'loss'\nplot ";
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    f << (i ? ", " : "") << "'" << dir << runs[i].mode << ".probe.csv' using 1:($2 + " << i << " * "
+      << loss_step << ") every ::1 with linespoints pt " << i + 1 << " title '" << runs[i].mode
+      << "'";
+  f << "\nset title 'Weight-gradient elements lost to fp16 underflow (%; run i drawn +" << uf_step
+    << " i)'\nset ylabel '% of non-zero'\nplot ";
+  bool first = true;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i].mode == "fp32") continue;
+    f << (first ? "" : ", ") << "'" << dir << runs[i].mode << ".probe.csv' using 1:($3 * 100 + "
+      << i << " * " << uf_step << ") every ::1 with linespoints pt " << i + 1 << " title '"
+      << runs[i].mode << "'";
+    first = false;
+  }
+  f << "\n";
+  // The scale: one panel per scaled run, skipped steps marked, the burst shaded.
+  f << "set logscale y 2\nset format y '2^{%L}'\nset ylabel 'loss scale'\nset key bottom right\n";
+  for (const auto& m : scaled_runs) {
+    const std::string csv = dir + m + ".csv";
+    f << "set title 'Scale: " << m << " (skipped steps marked)'\n"
+      << "plot '" << csv << "' using 1:3 every ::1 with steps lw 2 title 'scale', '" << csv
+      << "' using 1:($4 > 0 ? $3 : 1/0) every ::1 with points pt 7 ps 1.2 lc rgb 'red' "
+         "title 'skipped'\n";
+  }
+  f << "unset logscale y\nset format y '%g'\nunset object 1\n"
+    << "set title 'Iterations per second (whole run)'\nset ylabel 'it/s'\nunset xlabel\n"
+    << "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30 font ',8'\n"
+    << "set yrange [0:*]\nplot '" << dir
+    << "summary.csv' using 0:10:xtic(1) every ::1 with boxes notitle\n"
+    << "unset multiplot\n";
+  f.close();
+  const std::string cmd = "gnuplot '" + gp + "' 2>&1";
+  if (std::system(cmd.c_str()) != 0)
+    std::cout << "gnuplot failed or is missing (apt-get install gnuplot-nox); the CSVs and " << gp
+              << " are there to plot by hand\n";
+  else
+    std::cout << "plot: " << dir << "demo.png\n";
+}
+
+}  // namespace demo

@@ -1,0 +1,242 @@
+// One training run of the demo per mode: the model, the optimizer pipeline, the burst, the probes.
+#include <ampactor/async_optimizer.h>
+#include <ampactor/grad_scaler.h>
+#include <ampactor/scaler/scale_state.h>
+#include <ampactor/trace/trace.h>
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/optim/adam.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "demo.h"
+
+namespace demo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  int k;
+  double loss, scale;
+  bool skipped;
+  double ms;
+};
+
+struct Probe {
+  int k;
+  double eval_loss;
+  double underflow = -1, act_underflow = -1;  // -1: not measured (fp32)
+};
+
+double eval_loss(const std::vector<at::Tensor>& weights, const ModelShape& shape,
+                 const Corpus& corpus, const Settings& s, int batches) {
+  at::AutoGradMode no_grad(false);
+  std::mt19937_64 rng(s.seed + 999);
+  std::vector<at::Tensor> w;
+  for (const auto& t : weights)
+    w.push_back(t.detach().to(at::kFloat));
+  double sum = 0;
+  for (int i = 0; i < batches; ++i) {
+    auto [x, y] = corpus.batch(rng, s.batch, shape.context, true);
+    sum += CharMlp::loss_fp32(w, x.to(w[0].device()), y.to(w[0].device())).item<double>();
+  }
+  return sum / batches;
+}
+
+/// fp32 gradients of the same batch with the model's current weights, for the underflow probe.
+std::vector<at::Tensor> fp32_grads(const std::vector<at::Tensor>& weights, const at::Tensor& x,
+                                   const at::Tensor& y) {
+  std::vector<at::Tensor> w;
+  for (const auto& t : weights)
+    w.push_back(t.detach().to(at::kFloat).set_requires_grad(true));
+  CharMlp::loss_fp32(w, x, y).backward();
+  std::vector<at::Tensor> g;
+  for (auto& t : w)
+    g.push_back(t.grad());
+  return g;
+}
+
+void write_csvs(const std::string& out, const std::string& mode, const std::vector<Row>& rows,
+                const std::vector<Probe>& probes) {
+  std::ofstream f(out + "/" + mode + ".csv");
+  f << "iteration,loss,scale,skipped,ms\n";
+  for (const Row& r : rows)
+    f << r.k << ',' << std::setprecision(9) << r.loss << ',' << r.scale << ',' << int(r.skipped)
+      << ',' << std::setprecision(4) << r.ms << '\n';
+  std::ofstream p(out + "/" + mode + ".probe.csv");
+  p << "iteration,eval_loss,weight_grad_underflow,activation_grad_underflow\n";
+  for (const Probe& r : probes)
+    p << r.k << ',' << std::setprecision(9) << r.eval_loss << ',' << r.underflow << ','
+      << r.act_underflow << '\n';
+  if (!f || !p) throw std::runtime_error("cannot write the CSVs of " + mode + " under " + out);
+}
+
+}  // namespace
+
+/// Adam's second moments of gradients this small reach fp32's denormal range, where x86
+/// arithmetic is 5-10x slower. Flushing them changes nothing fp16 could represent (its smallest
+/// value is 6e-8). The mode is per thread: this thread and its OpenMP team.
+void flush_denormals() {
+  at::globalContext().setFlushDenormal(true);
+#pragma omp parallel num_threads(at::get_num_threads())
+  { at::globalContext().setFlushDenormal(true); }
+}
+
+std::string trace_file(const Settings& s, const std::string& mode) {
+  if (s.trace.empty() || !scaled(mode)) return {};
+  const auto n = std::count_if(s.modes.begin(), s.modes.end(), scaled);
+  if (n == 1) return s.trace;
+  const std::filesystem::path p(s.trace);
+  return (p.parent_path() / (p.stem().string() + "." + mode + p.extension().string())).string();
+}
+
+Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& shape,
+            const Settings& s) {
+  const bool fp32 = mode == "fp32";
+  const bool async =
+      mode == "fp16-async" || mode == "fp16-async-lagged" || mode == "fp16-deepspeed";
+  const bool roundpipe = mode == "fp16-roundpipe";
+  const at::Device device(s.device);
+  CharMlp model(shape, fp32 ? at::kFloat : at::kHalf, s.seed, device);
+  std::mt19937_64 rng(s.seed);
+  std::set<int> inject;
+  if (scaled(mode)) inject.insert(s.overflow_at.begin(), s.overflow_at.end());
+
+  const auto so = (mode == "fp16-deepspeed" ? ampactor::GradScalerOptions::deepspeed()
+                                            : ampactor::GradScalerOptions())
+                      .init_scale(65536)
+                      .growth_interval(s.growth_interval)
+                      .enabled(scaled(mode))
+                      .allow_fp16_grads(true);
+  const auto policy =
+      mode == "fp16-async-lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
+  // RoundPipe's rule, emulated: iteration k+1 scales with N as it was after update k-1, and every
+  // overflow backs N off (reference/roundpipe.md); ampactor applies it through update(new_scale).
+  std::optional<ampactor::ScaleState> pending;
+  if (roundpipe) {
+    pending.emplace(so);
+    pending->lazy_init();
+  }
+  std::unique_ptr<ampactor::GradScaler> scaler;
+  std::unique_ptr<ampactor::AsyncOptimizer> pipe;
+  std::unique_ptr<torch::optim::Adam> opt;
+  if (fp32) {
+    opt = std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(s.lr));
+  } else {
+    const std::string trace = trace_file(s, mode);
+    scaler = std::make_unique<ampactor::GradScaler>(
+        so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
+    scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
+    // Asynchronous runs take everything but the weight swap off the trainer's path (the same
+    // numbers as without; README "The asynchronous pipeline").
+    pipe = std::make_unique<ampactor::AsyncOptimizer>(model.parameters(), *scaler,
+                                                      ampactor::AsyncOptimizerOptions()
+                                                          .staleness(async ? 1 : 0)
+                                                          .optimizer_threads(1)
+                                                          .swap_weights(async)
+                                                          .defer_grad_move(async));
+    opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
+                                               torch::optim::AdamOptions(s.lr));
+  }
+
+  std::vector<Row> rows;
+  std::vector<Probe> probes;
+  double underflow_sum = 0, act_nonzero = 0, act_lost = 0;
+  int underflow_probes = 0;
+  const auto t0 = Clock::now();
+  const int report = std::max(1, s.steps / 10);
+  for (int k = 0; k < s.steps; ++k) {
+    const auto it0 = Clock::now();
+    // The burst: spike_factor times the batch, normalised as the usual one (a packing change the
+    // loss's normaliser does not follow), so the gradients grow about that much.
+    const bool spike = s.in_spike(k);
+    const std::int64_t factor = spike ? s.spike_factor : 1;
+    auto [xc, yc] = corpus.batch(rng, s.batch * factor, shape.context, false);
+    const at::Tensor x = xc.to(device), y = yc.to(device);
+    model.zero_grad();
+    at::Tensor loss = model.loss(x, y);
+    const double loss_v = loss.item<double>();
+    at::Tensor l = loss * (double(factor) / s.workers);
+    if (inject.count(k)) l = l * 1e5 * s.workers;  // a forced overflow
+    const bool probe_now =
+        s.probe_every > 0 && k % s.probe_every == 0 && !inject.count(k) && !spike;
+    Probe probe{k, 0};
+    if (probe_now) probe.eval_loss = eval_loss(model.parameters(), shape, corpus, s, 2);
+    double scale = 1;
+    if (fp32) {
+      l.backward();
+      opt->step();
+    } else {
+      {
+        std::optional<BoundaryProbe> bp;
+        if (probe_now) bp.emplace();
+        scaler->scale(l).backward();
+        if (bp) {
+          act_nonzero += bp->nonzero(), act_lost += bp->lost();
+          probe.act_underflow = bp->nonzero() > 0 ? bp->lost() / bp->nonzero() : 0;
+        }
+      }
+      scale = scaler->get_scale();
+      if (probe_now) {
+        std::vector<at::Tensor> g;
+        for (auto& p : model.parameters())
+          g.push_back(p.grad());
+        probe.underflow = underflow_fraction(g, fp32_grads(model.parameters(), x, y));
+        underflow_sum += probe.underflow;
+        ++underflow_probes;
+      }
+      pipe->step(*opt, [&] { scaler->step(*opt); });
+      if (roundpipe) {
+        if (k >= 1) pending->update(scaler->wait_result(k - 1).skipped());
+        scaler->update(double(pending->scale()));
+      } else {
+        scaler->update();
+      }
+    }
+    if (probe_now) probes.push_back(probe);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - it0).count();
+    rows.push_back({k, loss_v, scale, false, ms});
+    if ((k + 1) % report == 0 || k + 1 == s.steps)
+      std::cout << "  [" << mode << "] " << std::setw(4) << k + 1 << "/" << s.steps << "  loss "
+                << std::fixed << std::setprecision(3) << loss_v << "  scale " << std::defaultfloat
+                << scale << std::endl;
+  }
+  Summary sum;
+  sum.mode = mode;
+  if (pipe) {
+    pipe->sync();
+    scaler->sync();
+    for (int k = 0; k < s.steps; ++k)
+      rows[std::size_t(k)].skipped = scaler->wait_result(k).skipped();
+    sum.final_scale = scaler->get_scale();
+  }
+  sum.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const Row& r : rows)
+    sum.skipped += r.skipped;
+  for (std::size_t k = 1; k < rows.size(); ++k)
+    sum.backoffs += rows[k].scale < rows[k - 1].scale;
+  if (!rows.empty() && sum.final_scale > 0 && sum.final_scale < rows.back().scale) ++sum.backoffs;
+  const std::size_t tail = std::min<std::size_t>(20, rows.size());
+  for (std::size_t i = rows.size() - tail; i < rows.size(); ++i)
+    sum.train_loss += rows[i].loss / double(tail);
+  sum.eval_loss =
+      eval_loss(pipe ? pipe->optim_parameters() : model.parameters(), shape, corpus, s, 8);
+  sum.underflow = underflow_probes ? underflow_sum / underflow_probes : -1;
+  sum.act_underflow = act_nonzero > 0 ? act_lost / act_nonzero : -1;
+  write_csvs(s.out, mode, rows, probes);
+  return sum;
+}
+
+}  // namespace demo
