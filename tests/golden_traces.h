@@ -149,6 +149,22 @@ inline void golden_deepspeed_rule(std::shared_ptr<TraceSink> sink) {
   r.send(r.trainer, GetStateDict{});
 }
 
+/// exact policy, one peer rule from its preset (version 5), at a small scale with growth every 2
+/// clean steps: single overflows (3, 8), runs of two and three (5-6, 11-13) so that hysteresis
+/// shows, and clean stretches that grow up to any maximum; fp16 gradient sizes on every report.
+inline void golden_peer_rule(RuleKind kind, std::shared_ptr<TraceSink> sink) {
+  const auto o = GradScalerOptions::preset(kind).init_scale(256).growth_interval(2);
+  GoldenRig r(o, ScalePolicy::exact, std::move(sink));
+  r.send(r.trainer, ScaleRequest{0});
+  for (iteration_t k = 0; k < 18; ++k) {
+    const bool inf = k == 3 || k == 5 || k == 6 || k == 8 || (k >= 11 && k <= 13);
+    r.report(r.opt1, k, 5, inf, 100.0 + 10.0 * double(k), 65504);
+    r.anon(UpdateScale{k, 1});
+    r.send(r.trainer, ScaleRequest{k + 1});
+  }
+  r.send(r.trainer, GetStateDict{});
+}
+
 struct Golden {
   const char* file;
   std::function<void(std::shared_ptr<TraceSink>)> make;
@@ -156,10 +172,17 @@ struct Golden {
 };
 
 inline std::vector<Golden> golden_traces() {
-  return {{"overflow_exact.jsonl", golden_overflow_exact},
-          {"two_optimizers_lagged.jsonl", golden_two_optimizers_lagged},
-          {"setters_state_exact.jsonl", golden_setters_state},
-          {"deepspeed_rule_exact.jsonl", golden_deepspeed_rule, 4}};
+  return {
+      {"overflow_exact.jsonl", golden_overflow_exact},
+      {"two_optimizers_lagged.jsonl", golden_two_optimizers_lagged},
+      {"setters_state_exact.jsonl", golden_setters_state},
+      {"deepspeed_rule_exact.jsonl", golden_deepspeed_rule, 4},
+      {"megatron_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::megatron, s); }, 5},
+      {"apex_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::apex, s); }, 5},
+      {"colossalai_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::colossalai, s); }, 5},
+      {"keras_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::keras, s); }, 5},
+      {"tf_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::tf, s); }, 5},
+      {"jmp_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::jmp, s); }, 5}};
 }
 
 }  // namespace ampactor::test

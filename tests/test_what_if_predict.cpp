@@ -161,3 +161,26 @@ TEST_CASE("StepTracker: mixed dtypes report the dtype nearest to overflow, the m
   CHECK(mover.grad_size(mopt).dtype_max == 65504.0);
   CHECK(master.grad()[0].item<float>() == -256.0f);
 }
+
+TEST_CASE("each peer rule's golden trace follows the thread-free rule update by update") {
+  int rules = 0;
+  for (const auto& g : test::golden_traces()) {
+    if (g.since < 5) continue;  // the per-rule scenarios (golden_peer_rule)
+    CAPTURE(g.file);
+    const Trace t = read_trace(golden(g.file).string());
+    CHECK(t.header.opts.rule() != RuleKind::torch);
+    CHECK(replay_trace(t).identical);
+    ScaleState ref(t.header.opts);
+    ref.lazy_init();
+    int backoffs = 0;
+    for (const auto& e : t.events)
+      if (auto* a = std::get_if<UpdateApplied>(&e.msg)) {
+        CAPTURE(a->k);
+        backoffs += ref.update(a->found_inf).backed_off;
+        CHECK(a->scale == ref.scale());
+      }
+    CHECK(backoffs > 0);
+    ++rules;
+  }
+  CHECK(rules == 6);  // megatron, apex, colossalai, keras, tf, jmp (deepspeed has its own)
+}
