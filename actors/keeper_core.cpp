@@ -239,6 +239,7 @@ void KeeperCore::apply(const KeeperInput& in) {
   applied_through_ = std::max(applied_through_, k);
   out.scale = state_.scale();
   out.growth_tracker = state_.growth_tracker();
+  out.below_one = out.scale < 1.0f;
   emit(KeeperPush{subscribers_, out});
 }
 

@@ -78,3 +78,25 @@ TEST_CASE(
     CHECK(rig.pushes().back().abandoned == abandoned);
   }
 }
+
+TEST_CASE("UpdateApplied says below_one exactly while the scale after the update is below 1") {
+  // torch's rule at 4 with backoff 0.5: overflows take it to 2, 1, 0.5, 0.25; growth back to 0.5.
+  KeeperRig rig(GradScalerOptions().init_scale(4).growth_interval(1), ScalePolicy::exact);
+  const peer_id m = rig.peer("monitor");
+  rig.send("monitor", Subscribe{m});
+  const bool overflow[] = {true, true, true, true, false, false, false};
+  rig.send("t", ScaleRequest{0});
+  for (iteration_t k = 0; k < 7; ++k) {
+    rig.send("o", UnscaleDone{k, 1, overflow[k], 1.0f});
+    rig.send("t", UpdateScale{k, 1});
+    rig.send("t", ScaleRequest{k + 1});
+  }
+  REQUIRE(rig.pushes().size() == 7);
+  const float want[] = {2, 1, 0.5f, 0.25f, 0.5f, 1, 2};
+  for (std::size_t i = 0; i < 7; ++i) {
+    CAPTURE(i);
+    const UpdateApplied& a = rig.pushes()[i];
+    CHECK(a.scale == want[i]);
+    CHECK(a.below_one == (want[i] < 1));
+  }
+}

@@ -37,7 +37,7 @@ auto fields(const UpdateScale& x) {
 }
 auto fields(const UpdateApplied& x) {
   return std::tie(x.k, x.scale, x.growth_tracker, x.found_inf, x.backed_off, x.grew, x.abandoned,
-                  x.halted);
+                  x.halted, x.below_one);
 }
 auto fields(const ScaleParams& x) {
   return std::tie(x.applied_through, x.scale, x.growth_factor, x.backoff_factor, x.growth_interval,
@@ -132,7 +132,7 @@ TEST_CASE("every registered message type round-trips through CAF's serializer, f
   check(UnscaleDone{11, 0x1234567890ULL, true, 0.25f, 31744.5, 65504});
   check(two_steps()[0]);
   check(UpdateScale{12, 3});
-  check(UpdateApplied{13, 32768.0f, 1999, true, true, false, true, true});
+  check(UpdateApplied{13, 0.5f, 1999, true, true, false, true, true, true});
   check(ScaleParams{14, 4096.0, 2.5, 0.125, 1 << 30, 17});
   check(GetParams{true});
   check(SetGrowthFactor{3.75});

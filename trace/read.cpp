@@ -235,10 +235,13 @@ TraceHeader read_header(const json& j) {
 }
 
 /// A version 1 to 4 message with version 5's fields: no rule raised (UpdateApplied.halted), none
-/// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured.
+/// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured, and
+/// below_one is what the recorded scale says.
 json upgrade_to_v5(const std::string& type, const json& msg, int version) {
   json m = msg;
   if (type == "UnscaleDone" && !m.contains("grad_max")) m["grad_max"] = 0, m["dtype_max"] = 0;
+  if (type == "UpdateApplied" && !m.contains("below_one"))
+    m["below_one"] = m.contains("scale") && m["scale"].is_number() && m["scale"] < 1.0;
   if (version >= 4) return m;
   if (type == "UpdateApplied" && !m.contains("halted")) m["halted"] = false;
   json* sd = type == "StateDict" ? &m : nullptr;

@@ -85,7 +85,7 @@ template <class F>
 void fields(F& f, UpdateApplied& x) {
   f("k", x.k), f("scale", x.scale), f("growth_tracker", x.growth_tracker),
       f("found_inf", x.found_inf), f("backed_off", x.backed_off), f("grew", x.grew),
-      f("abandoned", x.abandoned), f("halted", x.halted);
+      f("abandoned", x.abandoned), f("halted", x.halted), f("below_one", x.below_one);
 }
 template <class F>
 void fields(F& f, TraceErrorReply& x) {

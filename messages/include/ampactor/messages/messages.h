@@ -60,7 +60,7 @@ typename Inspector::result_type inspect(Inspector& f, SetScale& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateApplied& x) {
   return f(caf::meta::type_name("UpdateApplied"), x.k, x.scale, x.growth_tracker, x.found_inf,
-           x.backed_off, x.grew, x.abandoned, x.halted);
+           x.backed_off, x.grew, x.abandoned, x.halted, x.below_one);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScaleParams& x) {

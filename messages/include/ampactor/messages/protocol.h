@@ -177,6 +177,9 @@ struct UpdateApplied {
   /// The update raised (the deepspeed rule at its minimum, errc::scale_at_minimum): nothing
   /// changed, and the trainer's next scale() throws until update(new_scale) or a load.
   bool halted = false;
+  /// The scale after this update is below 1: the loss is scaled down, not up (torch's rule has
+  /// no floor, pytorch issue #99640; set a min_scale to keep it from there).
+  bool below_one = false;
 };
 
 /// The keeper's parameters, as the getters report them.
