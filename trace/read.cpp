@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 
+#include "read_json.h"
 #include "trace_fields.h"
 
 namespace ampactor {
@@ -16,112 +17,6 @@ namespace {
 
 using namespace trace_detail;
 using nlohmann::json;
-
-/// A problem on the line being read (the reader adds file and line).
-struct Bad : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::string json_kind(const json& v) {
-  if (v.is_null()) return "null";
-  if (v.is_boolean()) return "a boolean";
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  if (v.is_string()) return "a string";
-  if (v.is_array()) return "an array";
-  return "an object";
-}
-
-struct Reader {
-  Reader(const json& obj, std::string w) : j(obj), where(std::move(w)) {}
-  const json& j;
-  std::string where;  // e.g. "UnscaleDone"
-  std::vector<std::string> seen;
-
-  const json& at(const char* name) {
-    auto it = j.find(name);
-    if (it == j.end()) throw Bad(where + ": missing field \"" + name + "\"");
-    seen.emplace_back(name);
-    return *it;
-  }
-  [[noreturn]] void wrong(const char* name, const json& v, const char* want) {
-    throw Bad(where + "." + name + ": expected " + want + ", got " + json_kind(v) + " " + v.dump());
-  }
-  template <class Int>
-  void integer(const char* name, Int& x) {
-    const json& v = at(name);
-    if (!v.is_number_integer()) wrong(name, v, "an integer");
-    if (v.is_number_unsigned()) {
-      const auto u = v.get<std::uint64_t>();
-      if (u > std::uint64_t(std::numeric_limits<Int>::max())) wrong(name, v, "a smaller integer");
-      x = Int(u);
-      return;
-    }
-    const auto s = v.get<std::int64_t>();
-    if (s < std::int64_t(std::numeric_limits<Int>::min()) ||
-        (s > 0 && std::uint64_t(s) > std::uint64_t(std::numeric_limits<Int>::max())))
-      wrong(name, v, "an integer in range");
-    x = Int(s);
-  }
-  double real(const char* name) {
-    const json& v = at(name);
-    if (v.is_number()) return v.get<double>();
-    if (v.is_string()) {
-      const auto& s = v.get_ref<const std::string&>();
-      if (s == "inf") return INFINITY;
-      if (s == "-inf") return -INFINITY;
-      if (s == "nan") return NAN;
-    }
-    wrong(name, v, "a number (or \"inf\", \"-inf\", \"nan\")");
-  }
-  void operator()(const char* name, bool& x) {
-    const json& v = at(name);
-    if (!v.is_boolean()) wrong(name, v, "a boolean");
-    x = v.get<bool>();
-  }
-  void operator()(const char* name, float& x) { x = float(real(name)); }
-  void operator()(const char* name, double& x) { x = real(name); }
-  void operator()(const char* name, std::int32_t& x) { integer(name, x); }
-  void operator()(const char* name, std::int64_t& x) { integer(name, x); }
-  void operator()(const char* name, std::uint64_t& x) { integer(name, x); }
-  void operator()(const char* name, std::string& x) {
-    const json& v = at(name);
-    if (!v.is_string()) wrong(name, v, "a string");
-    x = v.get<std::string>();
-  }
-  void operator()(const char* name, v1::Param& x) {
-    using v1::Param;
-    const json& v = at(name);
-    for (Param p : {Param::growth_factor, Param::backoff_factor, Param::growth_interval})
-      if (v.is_string() && v.get_ref<const std::string&>() == v1::param_name(p)) {
-        x = p;
-        return;
-      }
-    wrong(name, v, "\"growth_factor\", \"backoff_factor\" or \"growth_interval\"");
-  }
-  void operator()(const char* name, errc& x) {
-    const json& v = at(name);
-    for (int c = 1; c <= errc_last; ++c)
-      if (v.is_string() && v.get_ref<const std::string&>() == to_string(errc(c))) {
-        x = errc(c);
-        return;
-      }
-    wrong(name, v, "an ampactor error code name");
-  }
-  void operator()(const char* name, StateDictMsg& x) {
-    const json& v = at(name);
-    if (!v.is_object()) wrong(name, v, "an object");
-    Reader sub{v, where + "." + name};
-    fields(sub, x);
-    sub.done();
-  }
-  /// Every field was read: an unknown one is an error (a newer schema has a new version).
-  void done() const {
-    for (auto it = j.begin(); it != j.end(); ++it)
-      if (std::find(seen.begin(), seen.end(), it.key()) == seen.end())
-        throw Bad(where + ": unknown field \"" + it.key() + "\"");
-  }
-};
 
 template <class T>
 TraceMessage read_as(const json& j) {
@@ -148,43 +43,6 @@ std::string known_list() {
   for (const auto& k : known)
     s += (s.empty() ? "" : ", ") + std::string(k.name);
   return s;
-}
-
-/// A version 1 message that version 2 replaced, as its version 2 value (nullopt: not one).
-std::optional<TraceMessage> read_v1(const std::string& type, const json& j) {
-  auto read = [&](auto x) {
-    Reader r{j, type};
-    v1::fields(r, x);
-    r.done();
-    return x;
-  };
-  if (type == "UpdateScale") {
-    const auto u = read(v1::UpdateScale{});
-    if (u.has_new_scale) return TraceMessage{SetScale{u.k, u.new_scale}};
-    if (u.expected_unscales == -1) return TraceMessage{UpdateWhenClosed{u.k}};
-    if (u.expected_unscales < 0)
-      throw Bad("UpdateScale.expected_unscales: expected -1 or a count >= 0, got " +
-                std::to_string(u.expected_unscales));
-    return TraceMessage{UpdateScale{u.k, u.expected_unscales}};
-  }
-  if (type == "GetParams") return TraceMessage{GetParams{read(v1::GetParams{}).up_to_date}};
-  if (type == "GetStateDict") return read(v1::GetStateDict{}), TraceMessage{GetStateDict{}};
-  if (type == "LoadStateDict") return TraceMessage{LoadStateDict{read(v1::LoadStateDict{}).state}};
-  if (type == "SetParam") {
-    const auto sp = read(v1::SetParam{});
-    switch (sp.which) {
-      case v1::Param::growth_factor:
-        return TraceMessage{SetGrowthFactor{sp.value}};
-      case v1::Param::backoff_factor:
-        return TraceMessage{SetBackoffFactor{sp.value}};
-      case v1::Param::growth_interval:
-        if (!(std::fabs(sp.value) < 9.2e18) || sp.value != std::trunc(sp.value))
-          throw Bad("SetParam.value: a growth interval must be an integer, got " +
-                    std::to_string(sp.value));
-        return TraceMessage{SetGrowthInterval{std::int64_t(sp.value)}};
-    }
-  }
-  return std::nullopt;
 }
 
 TraceHeader read_header(const json& j) {
@@ -232,25 +90,6 @@ TraceHeader read_header(const json& j) {
     throw Bad(std::string("header.options: ") + e.what());
   }
   return h;
-}
-
-/// A version 1 to 4 message with version 5's fields: no rule raised (UpdateApplied.halted), none
-/// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured, and
-/// below_one is what the recorded scale says.
-json upgrade_to_v5(const std::string& type, const json& msg, int version) {
-  json m = msg;
-  if (type == "UnscaleDone" && !m.contains("grad_max")) m["grad_max"] = 0, m["dtype_max"] = 0;
-  if (type == "UpdateApplied" && !m.contains("below_one"))
-    m["below_one"] = m.contains("scale") && m["scale"].is_number() && m["scale"] < 1.0;
-  if (version >= 4) return m;
-  if (type == "UpdateApplied" && !m.contains("halted")) m["halted"] = false;
-  json* sd = type == "StateDict" ? &m : nullptr;
-  if (type == "LoadStateDict" && m.contains("state") && m["state"].is_object()) sd = &m["state"];
-  if (sd && !sd->contains("has_hysteresis_tracker")) {
-    (*sd)["has_hysteresis_tracker"] = false;
-    (*sd)["hysteresis_tracker"] = 0;
-  }
-  return m;
 }
 
 TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
