@@ -30,6 +30,7 @@ struct Ieee;
 template <>
 struct Ieee<float> {
   using Bits = std::uint32_t;
+  static constexpr Bits kAbs = 0x7fffffffu, kInf = 0x7f800000u;
   static Bits bad(Bits b) { return Bits(nonfinite_bits(b)); }
   static Bits fabs(Bits b) { return finite_abs32(b); }
   static void raise(float* out, Bits m) { raise_f32_bits(out, m); }
@@ -37,6 +38,7 @@ struct Ieee<float> {
 template <>
 struct Ieee<double> {
   using Bits = std::uint64_t;
+  static constexpr Bits kAbs = 0x7fffffffffffffffull, kInf = 0x7ff0000000000000ull;
   static Bits bad(Bits b) { return Bits(nonfinite_bits64(b)); }
   static Bits fabs(Bits b) { return finite_abs64(b); }
   static void raise(float* out, Bits m) { raise_f64_bits(out, m); }
@@ -75,7 +77,19 @@ template <typename T, bool kMax>
 bool unscale_ieee(T* x, std::int64_t n, std::int64_t stride, T inv, float* absmax) {
   using I = Ieee<T>;
   typename I::Bits bad = 0, mx = 0;
-  if (stride == 1) {
+  if (kMax && stride == 1) {
+    // The max of every |x| says whether one was inf or NaN: it replaces the test.
+    typename I::Bits all = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      T v = x[i];
+      typename I::Bits b;
+      std::memcpy(&b, &v, sizeof(T));
+      all = umax(all, typename I::Bits(b & I::kAbs));
+      mx = umax(mx, I::fabs(b));
+      x[i] = v * inv;
+    }
+    bad = all >= I::kInf;
+  } else if (stride == 1) {
     for (std::int64_t i = 0; i < n; ++i) {
       T v = x[i];
       typename I::Bits b;
