@@ -54,7 +54,8 @@ TEST_CASE("16-bit unscale and move match c10 conversions for all 65536 patterns"
           std::vector<std::uint16_t> x(n * stride, 0), src(n * stride, 0);
           for (std::int64_t i = 0; i < n; ++i)
             x[i * stride] = src[i * stride] = std::uint16_t(i);
-          CHECK(lt->unscale(t, x.data(), n, stride, inv, nullptr));  // the patterns include inf and NaN
+          CHECK(lt->unscale(t, x.data(), n, stride, inv,
+                            nullptr));  // the patterns include inf and NaN
           std::vector<float> moved(n * stride, -1.0f);
           CHECK(lt->move(t, src.data(), stride, moved.data(), stride, n, inv, nullptr));
           int wrong_unscale = 0, wrong_move = 0;
