@@ -6,6 +6,7 @@
 #include "doctest_torch.h"
 
 #include <string>
+#include <vector>
 
 namespace ampactor::test {
 
@@ -71,6 +72,25 @@ inline bool same_values(const at::Tensor& a, const at::Tensor& b) {
   at::Tensor an = at::isnan(a), bn = at::isnan(b);
   if (!at::equal(an, bn)) return false;
   return at::equal(at::where(an, at::zeros_like(a), a), at::where(bn, at::zeros_like(b), b));
+}
+
+/// A fresh 1-element fp32 found_inf (or grad_absmax) of 0 on the CPU.
+inline at::Tensor zero_flag() {
+  return at::zeros({}, at::kFloat);
+}
+
+inline std::vector<at::Tensor> clones(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (auto& t : ts)
+    out.push_back(t.clone());
+  return out;
+}
+
+/// same_values for every pair of two equally long lists.
+inline bool all_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!same_values(a[i], b[i])) return false;
+  return true;
 }
 
 }  // namespace ampactor::test

@@ -20,10 +20,6 @@ namespace k = ampactor::kernels;
 
 namespace {
 
-at::Tensor zero_flag() {
-  return at::zeros({}, at::kFloat);
-}
-
 // Reference: unscale computed in float (double for fp64) and rounded back.
 at::Tensor reference_unscale(const at::Tensor& g, float inv) {
   if (g.scalar_type() == at::kDouble) return g * double(inv);
@@ -41,19 +37,6 @@ std::vector<at::Tensor> make_list(at::ScalarType dtype, Layout l, Poison p, std:
   poison(out[4], p, 613 * 541 / 2 + 3);
   poison(out.back(), p, 13);
   return out;
-}
-
-std::vector<at::Tensor> clones(const std::vector<at::Tensor>& ts) {
-  std::vector<at::Tensor> out;
-  for (auto& t : ts)
-    out.push_back(t.clone());
-  return out;
-}
-
-bool all_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!same_values(a[i], b[i])) return false;
-  return true;
 }
 
 }  // namespace

@@ -26,10 +26,6 @@ namespace cpu = ampactor::kernels::cpu;
 
 namespace {
 
-at::Tensor zero_flag() {
-  return at::zeros({}, at::kFloat);
-}
-
 // Reference: the largest |x| over the finite elements, in double, then to float toward zero (the
 // kernels' rule for fp64; exact for the other dtypes, which are all floats).
 float reference_absmax(const std::vector<at::Tensor>& grads) {
@@ -56,19 +52,6 @@ std::vector<at::Tensor> planted(at::ScalarType dtype, Layout l, Poison p, std::i
   poison(big, p, (at_index + 7) % (rows * cols));
   poison(out[2], p, 13);
   return out;
-}
-
-std::vector<at::Tensor> clones(const std::vector<at::Tensor>& ts) {
-  std::vector<at::Tensor> out;
-  for (auto& t : ts)
-    out.push_back(t.clone());
-  return out;
-}
-
-bool all_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (!same_values(a[i], b[i])) return false;
-  return true;
 }
 
 // Every op with and without grad_absmax on copies of one list: the same gradients, masters and
