@@ -110,7 +110,7 @@ int main(int argc, char** argv) try {
     all.read("step", step);
     start = step.toInt();
     std::cout << "resumed from " << path << " at step " << start << ", scale " << scaler.get_scale()
-              << "\n";
+              << std::endl;  // flushed: a run killed later still says where it started
   }
 
   auto checkpoint = [&](std::int64_t done) {

@@ -50,10 +50,16 @@ class Child {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
+  /// True while it runs; an exited one is reaped.
+  bool running() {
+    int status = 0;
+    if (pid_ <= 0) return false;
+    if (::waitpid(pid_, &status, WNOHANG) != 0) return pid_ = -1, false;
+    return true;
+  }
   /// SIGKILL now; true if it was still running.
   bool kill() {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) != 0) return pid_ = -1, false;
+    if (!running()) return false;
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;

@@ -89,7 +89,7 @@ TEST_CASE("checkpoint_resume killed with SIGKILL at random points resumes bit fo
       {{"--optimizer", "adam", "--staleness", "1", "--swap-defer"}},
   };
   std::mt19937 rng(2026);
-  int resumes = 0;
+  int resumes = 0, all_kills = 0;
   for (const Mode& mode : modes) {
     std::string name;
     for (const std::string& a : mode.args)
@@ -102,17 +102,34 @@ TEST_CASE("checkpoint_resume killed with SIGKILL at random points resumes bit fo
       v.insert(v.end(), mode.args.begin(), mode.args.end());
       return v;
     };
-    const auto t0 = Clock::now();
+    // The time between two of a run's checkpoints.
     Child ref(argv(dir / "ref"), dir / "ref.log");
+    const std::string ref_ckpt = dir / "ref/last.pt";
+    struct stat st;
+    while (::stat(ref_ckpt.c_str(), &st) != 0 && ref.running())
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const auto t0 = Clock::now();
     REQUIRE(ref.wait(std::chrono::seconds(120)) == 0);
-    const auto run_ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+    const auto gap_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count() / 23;
     const std::string want = final_line(text_of(dir / "ref.log"));
     REQUIRE(!want.empty());
-    // Three kills at random times within a run's length, then a run to the end.
+    // Three kills, each once the victim has put 1 to 6 checkpoints of its own in place (new
+    // inodes; under a loaded CI the time a run takes to start says little about when it
+    // writes), at a random time before its next one; then a run to the end.
+    const std::string ckpt = dir / "run/last.pt";
     int kills = 0;
     for (int attempt = 0; attempt < 3; ++attempt) {
+      ino_t seen = ::stat(ckpt.c_str(), &st) == 0 ? st.st_ino : 0;
       Child victim(argv(dir / "run"), dir / "run.log");
-      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % (run_ms.count() + 1)));
+      const auto limit = Clock::now() + std::chrono::seconds(120);
+      // (One that resumes a finished run writes nothing and exits.)
+      for (int n = 0, target = 1 + int(rng() % 6); n < target && victim.running();) {
+        REQUIRE_MESSAGE(Clock::now() < limit, text_of(dir / "run.log"));
+        if (::stat(ckpt.c_str(), &st) == 0 && st.st_ino != seen) seen = st.st_ino, ++n;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng() % (gap_ms + 1)));
       kills += victim.kill();
       resumes += text_of(dir / "run.log").find("resumed from") != std::string::npos;
     }
@@ -122,6 +139,9 @@ TEST_CASE("checkpoint_resume killed with SIGKILL at random points resumes bit fo
     resumes += out.find("resumed from") != std::string::npos;
     MESSAGE(name << ": " << kills << " kill(s); last run: " << out.substr(0, out.find('\n')));
     CHECK(final_line(out) == want);
+    all_kills += kills;
   }
-  CHECK(resumes >= 3);  // the kills did land after checkpoints, so resumes were exercised
+  CHECK(all_kills >= int(std::size(modes)));  // most victims were killed mid-run
+  // Every run after the first starts from a checkpoint: 3 per mode.
+  CHECK(resumes == 3 * int(std::size(modes)));
 }
