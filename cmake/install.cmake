@@ -3,7 +3,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_ampactor_libs ampactor_core ampactor_kernels ampactor_scaler ampactor_protocol
+set(_ampactor_libs ampactor_core ampactor_kernels ampactor_optim ampactor_scaler ampactor_protocol
     ampactor_messages ampactor_keeper ampactor_actors ampactor_trace)
 if(AMPACTOR_TORCH_CUDA)
   list(APPEND _ampactor_libs ampactor_kernels_cuda)
@@ -18,7 +18,7 @@ set_target_properties(ampactor_all PROPERTIES EXPORT_NAME ampactor)
 install(TARGETS ${_ampactor_libs} ampactor_all EXPORT ampactorTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(_dir scaler kernels messages actors trace)
+foreach(_dir scaler kernels optim messages actors trace)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ampactor
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()

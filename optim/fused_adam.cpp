@@ -1,0 +1,152 @@
+// FusedAdam and FusedAdamW: LibTorch 1.13's Adam and AdamW steps (torch/csrc/api/src/optim/
+// adam.cpp, adamw.cpp) in one pass per tensor. The per-element sequence is theirs:
+//   AdamW: p *= 1 - lr * wd;  Adam: g = g + wd * p
+//   m = m * b1 + (1 - b1) * g;  v = v * b2 + (1 - b2) * g * g;  [vmax = max(vmax, v)]
+//   p = p + (-lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+// with every Scalar rounded to float as ATen rounds it, and bc1 = 1 - b1^step, bc2 = 1 - b2^step
+// in double.
+#include <ampactor/scaler/errors.h>
+
+#include <ATen/ops/max.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+
+#include "fused_common.h"
+
+namespace ampactor::optim {
+namespace {
+
+template <typename Options, typename State, bool kDecoupled>
+struct AdamKind {
+  using O = Options;
+  using S = State;
+  static constexpr bool decoupled = kDecoupled;
+};
+using AdamK = AdamKind<torch::optim::AdamOptions, torch::optim::AdamParamState, false>;
+using AdamWK = AdamKind<torch::optim::AdamWOptions, torch::optim::AdamWParamState, true>;
+
+// The exact path (a non-contiguous or fp64 master): torch's own ops, in torch's order.
+template <typename K>
+void adam_exact(const detail::Slot& s, typename K::S& st, const typename K::O& o, float inv,
+                double bc1, double bc2) {
+  at::Tensor g = detail::unscaled(s, inv);
+  at::Tensor p = s.p;
+  if (o.weight_decay() != 0) {
+    if (K::decoupled)
+      p.mul_(1 - o.lr() * o.weight_decay());
+    else
+      g = g.add(p, o.weight_decay());
+  }
+  const auto [b1, b2] = o.betas();
+  st.exp_avg().mul_(b1).add_(g, 1 - b1);
+  st.exp_avg_sq().mul_(b2).addcmul_(g, g, 1 - b2);
+  at::Tensor denom;
+  if (o.amsgrad()) {
+    at::max_out(st.max_exp_avg_sq(), st.exp_avg_sq(), st.max_exp_avg_sq());
+    denom = (st.max_exp_avg_sq().sqrt() / std::sqrt(bc2)).add_(o.eps());
+  } else {
+    denom = (st.exp_avg_sq().sqrt() / std::sqrt(bc2)).add_(o.eps());
+  }
+  p.addcdiv_(st.exp_avg(), denom, -(o.lr() / bc1));
+  if (s.weight.defined()) s.weight.copy_(p);
+}
+
+template <typename K, typename Map>
+bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& state,
+               const ScaledStep& step, const FusedOptions& fused, const char* who) {
+  const std::vector<detail::Slot> slots = detail::collect(groups, step, who);
+  if (detail::skipped(step)) return false;
+  at::NoGradGuard no_grad;
+  std::vector<kernels::StepSpan> spans;
+  std::vector<kernels::AdamConsts> consts;
+  for (const detail::Slot& s : slots) {
+    if (!s.grad.defined()) {
+      if (s.weight.defined()) s.weight.copy_(s.p);
+      continue;
+    }
+    const auto& o = static_cast<const typename K::O&>(groups[s.group].options());
+    auto it = state.find(detail::key_of(s.p));
+    if (it == state.end()) {
+      auto st = std::make_unique<typename K::S>();
+      st->step(0);
+      st->exp_avg(at::zeros_like(s.p, at::MemoryFormat::Preserve));
+      st->exp_avg_sq(at::zeros_like(s.p, at::MemoryFormat::Preserve));
+      if (o.amsgrad()) st->max_exp_avg_sq(at::zeros_like(s.p, at::MemoryFormat::Preserve));
+      it = state.emplace(detail::key_of(s.p), std::move(st)).first;
+    }
+    auto& st = static_cast<typename K::S&>(*it->second);
+    st.step(st.step() + 1);
+    const auto [b1, b2] = o.betas();
+    const double bc1 = 1 - std::pow(b1, st.step()), bc2 = 1 - std::pow(b2, st.step());
+    if (!detail::fast(s, {st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq()})) {
+      adam_exact<K>(s, st, o, step.inv_scale(), bc1, bc2);
+      continue;
+    }
+    kernels::AdamConsts c;
+    c.inv = step.inv_scale();
+    c.l2 = !K::decoupled && o.weight_decay() != 0;
+    c.decoupled = K::decoupled && o.weight_decay() != 0;
+    c.wd = float(o.weight_decay());
+    c.decay = float(1 - o.lr() * o.weight_decay());
+    c.b1 = float(b1), c.omb1 = float(1 - b1), c.b2 = float(b2), c.omb2 = float(1 - b2);
+    c.sqrt_bc2 = float(std::sqrt(bc2));
+    c.eps = float(o.eps());
+    c.neg_step = float(-(o.lr() / bc1));
+    kernels::StepSpan span = detail::span_of(s, int(consts.size()));
+    span.m = st.exp_avg().template data_ptr<float>();
+    span.v = st.exp_avg_sq().template data_ptr<float>();
+    if (o.amsgrad()) span.vmax = st.max_exp_avg_sq().template data_ptr<float>();
+    consts.push_back(c);
+    spans.push_back(span);
+  }
+  kernels::adam_step(spans, consts, detail::threads_of(fused));
+  return true;
+}
+
+at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (!closure) return {};
+  at::AutoGradMode enable_grad(true);
+  return closure();
+}
+
+}  // namespace
+
+FusedAdam::FusedAdam(std::vector<torch::optim::OptimizerParamGroup> groups,
+                     torch::optim::AdamOptions defaults, FusedOptions fused)
+    : torch::optim::Adam(std::move(groups), defaults), FusedStep(fused) {}
+FusedAdam::FusedAdam(std::vector<at::Tensor> params, torch::optim::AdamOptions defaults,
+                     FusedOptions fused)
+    : torch::optim::Adam(std::move(params), defaults), FusedStep(fused) {}
+
+at::Tensor FusedAdam::step(LossClosure closure) {
+  at::Tensor loss = run_closure(closure);
+  step_scaled(ScaledStep());
+  return loss;
+}
+bool FusedAdam::step_scaled(const ScaledStep& step) {
+  return adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam");
+}
+
+FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
+                       torch::optim::AdamWOptions defaults, FusedOptions fused)
+    : torch::optim::AdamW(std::move(groups), defaults), FusedStep(fused) {}
+FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, torch::optim::AdamWOptions defaults,
+                       FusedOptions fused)
+    : torch::optim::AdamW(std::move(params), defaults), FusedStep(fused) {}
+
+at::Tensor FusedAdamW::step(LossClosure closure) {
+  at::Tensor loss = run_closure(closure);
+  step_scaled(ScaledStep());
+  return loss;
+}
+bool FusedAdamW::step_scaled(const ScaledStep& step) {
+  return adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW");
+}
+
+FusedStep* fused_step_of(torch::optim::Optimizer& opt) {
+  return dynamic_cast<FusedStep*>(&opt);
+}
+
+}  // namespace ampactor::optim

@@ -1,0 +1,154 @@
+#include "fused_common.h"
+
+#include <ampactor/scaler/errors.h>
+
+#include <ATen/Parallel.h>
+#include <c10/util/StringUtil.h>
+
+#include <cmath>
+
+namespace ampactor {
+
+// The ScaledStep and FusedOptions setters: a bad value changes nothing.
+auto optim::FusedOptions::threads(int value) -> decltype(*this) {
+  if (value < 0)
+    throw ScalerError(errc::bad_option,
+                      "FusedOptions::threads must be >= 0, got " + std::to_string(value));
+  threads_ = value;
+  return *this;
+}
+
+auto optim::ScaledStep::inv_scale(float value) -> decltype(*this) {
+  if (!(std::isfinite(value) && value > 0))
+    throw ScalerError(errc::bad_option,
+                      "ScaledStep::inv_scale must be finite and > 0, got " + std::to_string(value));
+  inv_scale_ = value;
+  return *this;
+}
+
+namespace optim::detail {
+namespace {
+
+bool grad_dtype_ok(at::ScalarType g, at::ScalarType p) {
+  return g == at::kFloat || g == at::kHalf || g == at::kBFloat16 ||
+         (g == at::kDouble && p == at::kDouble);
+}
+
+std::string at_param(const char* who, const char* what, std::size_t i) {
+  return std::string(who) + ": " + what + " " + std::to_string(i) + " ";
+}
+
+}  // namespace
+
+std::vector<Slot> collect(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                          const ScaledStep& step, const char* who) {
+  std::vector<Slot> slots;
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (const at::Tensor& p : groups[g].params())
+      slots.push_back({p, {}, {}, g});
+  const std::size_t n = slots.size();
+  auto count = [&](const std::vector<at::Tensor>& list, const char* what) {
+    if (!list.empty() && list.size() != n)
+      throw ScalerError(errc::bad_parameters, std::string(who) + ": " +
+                                                  std::to_string(list.size()) + " " + what +
+                                                  " for " + std::to_string(n) + " parameters");
+  };
+  count(step.grads(), "gradients");
+  count(step.weights(), "weights");
+  if (const at::Tensor& f = step.found_inf(); f.defined())
+    if (f.numel() != 1 || f.scalar_type() != at::kFloat || !f.device().is_cpu())
+      throw ScalerError(errc::bad_parameters,
+                        std::string(who) + ": found_inf must be a 1-element fp32 CPU tensor");
+  for (std::size_t i = 0; i < n; ++i) {
+    Slot& s = slots[i];
+    if (!s.p.device().is_cpu() ||
+        !(s.p.scalar_type() == at::kFloat || s.p.scalar_type() == at::kDouble))
+      throw ScalerError(errc::bad_parameters,
+                        at_param(who, "parameter", i) +
+                            "is not an fp32 or fp64 CPU tensor: fused optimizers step fp32 masters "
+                            "(e.g. AsyncOptimizer::optim_parameters())");
+    s.grad = step.grads().empty() ? s.p.grad() : step.grads()[i];
+    if (s.grad.defined()) {
+      if (s.grad.is_sparse() || !s.grad.device().is_cpu() ||
+          !grad_dtype_ok(s.grad.scalar_type(), s.p.scalar_type()))
+        throw ScalerError(errc::invalid_gradients,
+                          at_param(who, "gradient", i) +
+                              "must be a dense CPU fp32, fp16 or bf16 "
+                              "tensor, got " +
+                              std::string(c10::toString(s.grad.scalar_type())));
+      if (s.grad.sizes() != s.p.sizes())
+        throw ScalerError(errc::invalid_gradients,
+                          at_param(who, "gradient", i) + "does not have its parameter's shape");
+    }
+    if (!step.weights().empty() && step.weights()[i].defined()) {
+      const at::Tensor& w = step.weights()[i];
+      if (!w.device().is_cpu() || !grad_dtype_ok(w.scalar_type(), s.p.scalar_type()))
+        throw ScalerError(errc::bad_parameters,
+                          at_param(who, "weight", i) +
+                              "must be a CPU fp32, fp16 or bf16 tensor, got " +
+                              std::string(c10::toString(w.scalar_type())));
+      if (w.sizes() != s.p.sizes())
+        throw ScalerError(errc::bad_parameters,
+                          at_param(who, "weight", i) + "does not have its parameter's shape");
+      if (!w.is_same(s.p)) {
+        if (w.is_alias_of(s.p) || (s.grad.defined() && w.is_alias_of(s.grad)))
+          throw ScalerError(
+              errc::bad_parameters,
+              at_param(who, "weight", i) + "shares memory with its parameter or gradient");
+        s.weight = w;
+      }
+    }
+  }
+  return slots;
+}
+
+bool skipped(const ScaledStep& step) {
+  return step.found_inf().defined() && step.found_inf().item<float>() != 0.0f;
+}
+
+std::string key_of(const at::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+
+int threads_of(const FusedOptions& o) {
+  return o.threads() > 0 ? o.threads() : at::get_num_threads();
+}
+
+bool fast(const Slot& s, std::initializer_list<at::Tensor> state) {
+  if (s.p.scalar_type() != at::kFloat || !s.p.is_contiguous() || !s.grad.is_contiguous() ||
+      s.grad.scalar_type() == at::kDouble)
+    return false;
+  if (s.weight.defined() && !s.weight.is_contiguous()) return false;
+  for (const at::Tensor& t : state)
+    if (t.defined() && !t.is_contiguous()) return false;
+  return true;
+}
+
+namespace {
+kernels::StepElem elem_of(at::ScalarType t) {
+  return t == at::kHalf       ? kernels::StepElem::f16
+         : t == at::kBFloat16 ? kernels::StepElem::bf16
+                              : kernels::StepElem::f32;
+}
+}  // namespace
+
+kernels::StepSpan span_of(const Slot& s, int consts) {
+  kernels::StepSpan span;
+  span.grad = s.grad.data_ptr();
+  span.grad_type = elem_of(s.grad.scalar_type());
+  span.param = s.p.data_ptr<float>();
+  if (s.weight.defined()) {
+    span.weight = s.weight.data_ptr();
+    span.weight_type = elem_of(s.weight.scalar_type());
+  }
+  span.n = s.p.numel();
+  span.consts = consts;
+  return span;
+}
+
+at::Tensor unscaled(const Slot& s, float inv) {
+  return s.grad.to(s.p.scalar_type()).mul(double(inv));
+}
+
+}  // namespace optim::detail
+}  // namespace ampactor

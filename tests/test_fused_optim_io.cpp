@@ -1,0 +1,1 @@
+#include "fused_fixture.h"
