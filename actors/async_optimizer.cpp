@@ -2,6 +2,7 @@
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/scaler/errors.h>
 #include "internal/grad_scaler_impl.h"
 
@@ -48,7 +49,10 @@ AsyncOptimizerOptions& AsyncOptimizerOptions::optimizer_threads(int v) {
 
 AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
                                AsyncOptimizerOptions options)
-    : model_(std::move(model_params)), scaler_(scaler), options_(options) {
+    : model_(std::move(model_params)),
+      scaler_(scaler),
+      options_(options),
+      deferring_(options.defer_grad_move()) {
   if (options_.swap_weights() && options_.staleness() != 1)
     throw ScalerError(errc::bad_option, "AsyncOptimizer: swap_weights needs staleness 1");
   if (options_.defer_grad_move() && options_.staleness() != 1)
@@ -85,7 +89,7 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     master_impls_.insert(masters_.back().unsafeGetTensorImpl());
     if (options_.swap_weights()) spare_.push_back(p.detach().clone());
   }
-  if (options_.defer_grad_move() && options_.swap_weights()) {
+  if (options_.swap_weights()) {  // the deferred steps' mailbox (defer_grad_move, fused steps)
     waiter_ = std::make_unique<caf::scoped_actor>(
         caf::actor_cast<caf::actor>(scaler_.actors().optimizer).home_system());
     internal::release_thread_logger();
@@ -158,15 +162,27 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   behind_ = options_.staleness() == 1;
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
+  // A fused optimizer reads the model's grads in its step and writes the weights in the same
+  // pass: the job checks the grads (UnscaleDone) instead of moving them.
+  const bool fused = optim::fused_step_of(opt) != nullptr;
   if (options_.staleness() == 0) {
     scaler_.run_on_optimizer([&] {
-      JobContext::current()->move_and_unscale_(opt, grads, masters_);
+      JobContext* job = JobContext::current();
+      if (fused)
+        job->check_for_fused_(opt, grads, masters_, model_);
+      else
+        job->move_and_unscale_(opt, grads, masters_);
       if (fn) fn();
-      copy_to_model();
+      if (!fused || !job->wrote_weights(opt)) copy_to_model();
     });
     return;
   }
-  if (options_.defer_grad_move()) return step_deferred(opt, std::move(grads), std::move(fn));
+  // At staleness 1 the fused step reads the grads during the next backward: it takes them, and
+  // from then on every step is a deferred one (one protocol for the spare weights). The first
+  // waits for the waited steps' jobs, which may still be filling the spare.
+  if (fused && !deferring_) scaler_.run_on_optimizer([] {});
+  deferring_ = deferring_ || fused;
+  if (deferring_) return step_deferred(opt, std::move(grads), std::move(fn));
   // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
   // fn, whose result (a) publishes to the model.
   scaler_.run_on_optimizer([&] {
@@ -256,14 +272,21 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
       [this, &opt, grads = std::move(grads), fn = std::move(fn), notice = std::move(notice)] {
         // The spare is filled even when the move or fn fails, as in step(). The grads are the
         // job's alone: fp32 ones become the masters' grads without a copy.
+        JobContext* job = JobContext::current();
+        const bool fused = optim::fused_step_of(opt) != nullptr;
         try {
-          JobContext::current()->move_and_unscale_(opt, grads, masters_, /*adopt=*/true);
+          if (fused)  // the fused step writes the spare itself (nobody reads it before the word)
+            job->check_for_fused_(opt, grads, masters_,
+                                  notice ? spare_ : std::vector<at::Tensor>{});
+          else
+            job->move_and_unscale_(opt, grads, masters_, /*adopt=*/true);
           if (fn) fn();
         } catch (...) {
           if (notice) copy_to_spare(), notice->send(true);
           throw;
         }
-        if (notice) copy_to_spare(), notice->send(true);
+        if (notice && !(fused && job->wrote_weights(opt))) copy_to_spare();
+        if (notice) notice->send(true);
       },
       SubmitOptions().unscales(UnscalePermit::exactly(1)));
 }
@@ -304,7 +327,7 @@ void AsyncOptimizer::sync() {
     offload_->exchange(nullptr, &model_);
     return;
   }
-  if (waiter_) {
+  if (waiter_ && deferring_) {
     take_spare();                                        // the newest weights are the model's
     scaler_.run_on_optimizer([&] { copy_to_spare(); });  // both buffers equal
     return;

@@ -70,6 +70,23 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
   return found;
 }
 
+bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
+                                  const std::vector<at::Tensor>& model_grads,
+                                  std::vector<at::Tensor>& masters,
+                                  std::vector<at::Tensor> weights) {
+  if (!enabled_) return move_and_unscale_(opt, model_grads, masters);
+  refuse_late_unscale(opt);
+  const bool found = tracker_.check_for_fused_(opt, model_grads, std::move(weights));
+  moved_.push_back(&opt);
+  ++unscales_;
+  report_unscale(optimizer_id_of(opt), found, tracker_.grad_size(opt));
+  return found;
+}
+
+bool JobContext::wrote_weights(const torch::optim::Optimizer& opt) const {
+  return tracker_.wrote_weights(opt);
+}
+
 bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   if (!enabled_) return false;
   if (std::find(moved_.begin(), moved_.end(), &opt) != moved_.end())

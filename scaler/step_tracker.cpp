@@ -1,8 +1,10 @@
 #include <ampactor/kernels/unscale.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/scaler/errors.h>
 #include <ampactor/scaler/step_tracker.h>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <torch/optim/optimizer.h>
 
@@ -99,7 +101,68 @@ void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at:
   }
 }
 
+/// check_finite of `grads` into `found`, measuring them (absmax per dtype).
+void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
+                    std::vector<std::pair<double, at::Tensor>>& absmax) {
+  if (measure_mixed(grads, found, absmax)) return;
+  at::Tensor a = zero_on(found.device());
+  kernels::check_finite(grads, found, a);
+  if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
+}
+
+/// The found_inf a fused step takes: the sum over devices (its masters are all on the CPU).
+at::Tensor found_on_cpu(const OptimizerRecord& rec) {
+  if (rec.found_inf_per_device.size() == 1 && rec.found_inf_per_device[0].first.is_cpu())
+    return rec.found_inf_per_device[0].second;
+  return at::full({}, rec.any_found_inf() ? 1.0f : 0.0f, at::kFloat);
+}
+
 }  // namespace
+
+Unscaled StepTracker::check_grads(torch::optim::Optimizer& opt) const {
+  std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> per_device;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params()) {
+      const at::Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      auto it = std::find_if(per_device.begin(), per_device.end(),
+                             [&](const auto& e) { return e.first == g.device(); });
+      if (it == per_device.end()) it = per_device.insert(per_device.end(), {g.device(), {}});
+      it->second.push_back(g);
+    }
+  Unscaled out;
+  for (auto& [device, grads] : per_device) {
+    at::Tensor f = zero_on(device);
+    check_measured(grads, f, out.absmax);
+    out.found_inf_per_device.emplace_back(device, f);
+  }
+  return out;
+}
+
+bool StepTracker::check_for_fused_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                                   std::vector<at::Tensor> weights) {
+  auto it = records_.find(&opt);
+  check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
+  std::vector<at::Tensor> defined;
+  for (const at::Tensor& g : grads)
+    if (g.defined()) defined.push_back(g);
+  at::Tensor f = zero_on(c10::Device(c10::kCPU));
+  std::vector<std::pair<double, at::Tensor>> absmax;
+  check_measured(defined, f, absmax);  // refusals: invalid_gradients, nothing recorded
+  OptimizerRecord& rec = records_[&opt];
+  rec.found_inf_per_device = {{f.device(), f}};
+  rec.absmax = std::move(absmax);
+  rec.stage = OptState::unscaled;
+  rec.check_only = true;
+  rec.grads = std::move(grads);
+  rec.weights = std::move(weights);
+  return rec.any_found_inf();
+}
+
+bool StepTracker::wrote_weights(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  return it != records_.end() && it->second.wrote_weights;
+}
 
 Unscaled StepTracker::unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const {
   // Collect and check everything before the first write, so a refusal changes nothing.
@@ -214,8 +277,12 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   check_can_step(stage);
   StepOutcome out;
   out.unscaled_here = stage == OptState::ready;
-  Unscaled found = out.unscaled_here ? unscale_grads(opt, inv_scale)
-                                     : Unscaled{it->second.found_inf_per_device, it->second.absmax};
+  optim::FusedStep* fused = optim::fused_step_of(opt);
+  // A fused optimizer's grads are still scaled after a check, unscaled after unscale_.
+  const bool scaled = out.unscaled_here ? fused != nullptr : it->second.check_only;
+  Unscaled found = !out.unscaled_here ? Unscaled{it->second.found_inf_per_device, it->second.absmax}
+                   : fused            ? check_grads(opt)
+                                      : unscale_grads(opt, inv_scale);
   if (found.found_inf_per_device.empty())
     throw ScalerError(errc::no_inf_checks_for_optimizer, texts::no_inf_checks_for_optimizer);
   OptimizerRecord& rec = records_[&opt];
@@ -226,7 +293,15 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   out.skipped = out.found_inf;
   if (out.unscaled_here && on_unscaled) on_unscaled(out.found_inf);
   // Like torch: if opt.step() throws, the record stays UNSCALED with its inf checks.
-  if (!out.skipped) out.ret = opt.step();
+  if (!out.skipped && fused) {
+    auto s = optim::ScaledStep().found_inf(found_on_cpu(rec)).grads(rec.grads).weights(rec.weights);
+    if (scaled) s.inv_scale(inv_scale);
+    fused->step_scaled(s);
+    rec.wrote_weights = !rec.weights.empty();
+    out.ret = at::Tensor();
+  } else if (!out.skipped) {
+    out.ret = opt.step();
+  }
   rec.stage = OptState::stepped;
   return out;
 }

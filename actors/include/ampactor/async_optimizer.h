@@ -145,9 +145,10 @@ class AsyncOptimizer {
   std::vector<at::Tensor> spare_;  // swap_weights: the buffer the model does not use now
   GradScaler& scaler_;
   AsyncOptimizerOptions options_;
-  // defer_grad_move + swap_weights: the mailbox where each job says the spare is filled.
+  // Deferred steps with swap_weights: the mailbox where each job says the spare is filled.
   std::unique_ptr<caf::scoped_actor> waiter_;
   bool spare_pending_ = false;  // a job's word is still to come
+  bool deferring_ = false;      // steps take the grads: defer_grad_move, or a fused optimizer
   bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
   std::unique_ptr<internal::HostOffload> offload_;  // master_device CPU, the model elsewhere
 };

@@ -61,6 +61,14 @@ class JobContext {
   /// StepTracker::move_and_unscale_.
   bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
                          std::vector<at::Tensor>& masters, bool adopt = false);
+  /// The pipeline's check for a fused optimizer (ampactor::optim): model grads read once for
+  /// inf/NaN and reported as unscale_ is; the step then reads them and writes `weights` (see
+  /// StepTracker::check_for_fused_). With the scaler disabled the grads are moved into the
+  /// masters' grads instead, and the step is a plain one.
+  bool check_for_fused_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                        std::vector<at::Tensor>& masters, std::vector<at::Tensor> weights);
+  /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_.
+  bool wrote_weights(const torch::optim::Optimizer& opt) const;
   OptState stage(const torch::optim::Optimizer& opt) const;
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
   /// UnscaleDone messages sent by this job so far.

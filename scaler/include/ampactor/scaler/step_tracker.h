@@ -38,6 +38,12 @@ struct OptimizerRecord {
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
   /// The kernels' grad_absmax per dtype and device: (that dtype's largest finite value, tensor).
   std::vector<std::pair<double, at::Tensor>> absmax;
+  /// A fused optimizer's gradients were checked, not unscaled: its step unscales them. `grads`
+  /// and `weights` are what it reads and writes (empty: the masters' own grads, no weights).
+  bool check_only = false;
+  std::vector<at::Tensor> grads, weights;
+  /// The fused step wrote `weights`.
+  bool wrote_weights = false;
   bool any_found_inf() const;
   /// Reads `absmax` (a device sync, as any_found_inf is).
   GradSize grad_size() const;
@@ -74,9 +80,18 @@ class StepTracker {
   /// becomes the master's gradient: no copy. The others are moved as usual.
   bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
                          std::vector<at::Tensor>& masters, float inv_scale, bool adopt = false);
-  /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. Refuses a second
-  /// step() and an optimizer without gradients. A refused call changes nothing. `on_unscaled`
-  /// hears of an unscale done here before opt.step() runs (which may throw).
+  /// The pipeline's check for a fused optimizer (ampactor::optim): reads `grads` (one per
+  /// parameter of `opt`, undefined = none) once for inf/NaN, writes nothing, and records them
+  /// with `weights` for the step, which unscales inside. Same stage rules as unscale_.
+  bool check_for_fused_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                        std::vector<at::Tensor> weights);
+  /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
+  bool wrote_weights(const torch::optim::Optimizer& opt) const;
+  /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. A fused optimizer
+  /// (ampactor::optim) is checked instead of unscaled when READY and steps with the scale and
+  /// found_inf, as torch's GradScaler steps fused optimizers; after unscale_ it sees scale 1.
+  /// Refuses a second step() and an optimizer without gradients. A refused call changes nothing.
+  /// `on_unscaled` hears of an unscale done here before opt.step() runs (which may throw).
   StepOutcome step(torch::optim::Optimizer& opt, float inv_scale,
                    const std::function<void(bool found_inf)>& on_unscaled = nullptr);
   /// How large `opt`'s gradients were at its unscale in this iteration (unknown before it).
@@ -97,6 +112,8 @@ class StepTracker {
  private:
   /// Unscales into a fresh record without touching records_ (so a refusal changes nothing).
   Unscaled unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const;
+  /// The same, reading only (a fused optimizer's check; fp16 grads allowed, as in torch).
+  Unscaled check_grads(torch::optim::Optimizer& opt) const;
 
   bool allow_fp16_grads_;
   std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord> records_;

@@ -1,0 +1,163 @@
+// ampactor-bench-optim: the fused scaled optimizer step against today's pipeline optimizer side
+// (the fused grad move + LibTorch's torch::optim::Adam + the masters cast to the weights) and
+// against the machine's ceiling (a threaded memcpy moving the same bytes the step must read and
+// write), side by side: each repetition runs all three in turn, and the medians are compared.
+// Both optimizer sides step copies of the same masters with the same grads, so they must end
+// bit for bit equal (checked and printed).
+#include <ampactor/kernels/fused_step.h>
+#include <ampactor/kernels/unscale.h>
+#include <ampactor/optim/fused.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+#include <omp.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <random>
+
+#include "bench_util.h"
+
+using ampactor::bench::Clock;
+using ampactor::bench::median_of;
+
+namespace {
+
+// A model's mix: 64 tensors log-uniform over a 1000x range of sizes, `n` elements in all.
+std::vector<std::int64_t> sizes_of(std::int64_t n) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(0.0, std::log(1000.0));
+  std::vector<double> w(64);
+  double sum = 0;
+  for (double& x : w)
+    sum += (x = std::exp(u(rng)));
+  std::vector<std::int64_t> out;
+  for (double x : w)
+    out.push_back(std::max<std::int64_t>(1, std::int64_t(double(n) * x / sum)));
+  return out;
+}
+
+// memcpy of `bytes`, split evenly over `threads` threads of one region: the read+write ceiling.
+void parallel_copy(char* dst, const char* src, std::int64_t bytes, int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const std::int64_t lo = bytes * t / nt / 64 * 64,
+                       hi = t == nt - 1 ? bytes : bytes * (t + 1) / nt / 64 * 64;
+    std::memcpy(dst + lo, src + lo, std::size_t(hi - lo));
+  }
+}
+
+double secs(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+bool bits_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(a[i].data_ptr(), b[i].data_ptr(), a[i].nbytes()) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"The fused scaled optimizer step against today's optimizer side and the ceiling"};
+  std::vector<std::int64_t> mib = {1, 16, 64};
+  std::vector<int> thread_counts = {1, 2};
+  std::vector<std::string> dtypes = {"half"};
+  int reps = 7;
+  std::string json_path;
+  app.add_option("--mparams", mib, "parameter counts, in Mi (2^20)");
+  app.add_option("--threads", thread_counts, "thread counts");
+  app.add_option("--dtype", dtypes, "model dtypes: half, bfloat16");
+  app.add_option("--reps", reps, "repetitions (medians)")->check(CLI::PositiveNumber);
+  app.add_option("--json", json_path, "write the figures here");
+  CLI11_PARSE(app, argc, argv);
+
+  std::cout << "fused step loops: " << ampactor::kernels::fused_step_variant()
+            << "; Adam (lr 1e-3, defaults), model grads and weights in the model dtype, fp32 "
+               "masters; milliseconds per step, median of "
+            << reps << "\n\n";
+  std::cout << "params  dtype     thr |  today (move+Adam+cast) |  fused (check+step) |  ceiling "
+               "(memcpy 30 B/param) | today/fused | fused/ceiling | same masters\n";
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string& dname : dtypes) {
+    const at::ScalarType dt = dname == "bfloat16" ? at::kBFloat16 : at::kHalf;
+    for (std::int64_t m : mib) {
+      const std::vector<std::int64_t> sizes = sizes_of(m << 20);
+      std::vector<at::Tensor> grads, today_masters, today_master_grads, fused_masters,
+          today_weights, fused_weights;
+      std::int64_t total = 0;
+      for (std::int64_t n : sizes) {
+        total += n;
+        at::Tensor w = at::randn({n}) * 0.1;
+        grads.push_back((at::randn({n}) * 64).to(dt));
+        today_masters.push_back(w.clone());
+        today_master_grads.push_back(at::zeros({n}));
+        today_masters.back().mutable_grad() = today_master_grads.back();
+        fused_masters.push_back(w.clone());
+        today_weights.push_back(w.to(dt));
+        fused_weights.push_back(w.to(dt));
+      }
+      // What the step reads and writes per parameter: the check reads the grad (2 B), the step
+      // reads grad, master, exp_avg, exp_avg_sq (14 B) and writes them back and the weight (14 B).
+      const std::int64_t moved = total * 30;
+      std::vector<char> src(std::size_t(moved / 2)), dst(std::size_t(moved / 2));
+      std::memset(src.data(), 1, src.size());
+      std::memset(dst.data(), 2, dst.size());
+      for (int threads : thread_counts) {
+        at::set_num_threads(threads);
+        torch::optim::Adam today(today_masters, torch::optim::AdamOptions(1e-3));
+        ampactor::optim::FusedAdam fused(fused_masters, torch::optim::AdamOptions(1e-3),
+                                         ampactor::optim::FusedOptions().threads(threads));
+        const float inv = 1.0f / 65536;
+        const at::Tensor found_inf = at::zeros({}, at::kFloat);
+        std::vector<double> t_today, t_fused, t_copy;
+        for (int r = 0; r < reps + 1; ++r) {  // the first round warms up (state allocation)
+          auto t0 = Clock::now();
+          at::Tensor f1 = at::zeros({}, at::kFloat);
+          ampactor::kernels::move_grads_and_unscale(grads, today_master_grads, inv, f1);
+          if (f1.item<float>() == 0) today.step();
+          for (std::size_t i = 0; i < today_weights.size(); ++i)
+            today_weights[i].copy_(today_masters[i]);
+          const double a = secs(t0);
+          t0 = Clock::now();
+          at::Tensor f2 = at::zeros({}, at::kFloat);
+          ampactor::kernels::check_finite(grads, f2);
+          fused.step_scaled(
+              ampactor::optim::ScaledStep().inv_scale(inv).found_inf(f2).grads(grads).weights(
+                  fused_weights));
+          const double b = secs(t0);
+          t0 = Clock::now();
+          parallel_copy(dst.data(), src.data(), std::int64_t(src.size()), threads);
+          const double c = secs(t0);
+          if (r > 0) t_today.push_back(a), t_fused.push_back(b), t_copy.push_back(c);
+        }
+        const double ta = median_of(t_today) * 1e3, tb = median_of(t_fused) * 1e3,
+                     tc = median_of(t_copy) * 1e3;
+        const bool same =
+            bits_equal(today_masters, fused_masters) && bits_equal(today_weights, fused_weights);
+        std::cout << std::setw(4) << m << " Mi  " << std::setw(8) << dname << "  " << threads
+                  << "  | " << std::fixed << std::setprecision(2) << std::setw(22) << ta << "  | "
+                  << std::setw(18) << tb << "  | " << std::setw(28) << tc << "  | " << std::setw(10)
+                  << ta / tb << "x | " << std::setw(12) << tb / tc << "x | "
+                  << (same ? "yes" : "NO") << "\n";
+        rows.push_back({{"mparams", m},
+                        {"dtype", dname},
+                        {"threads", threads},
+                        {"today_ms", ta},
+                        {"fused_ms", tb},
+                        {"ceiling_ms", tc},
+                        {"same_masters", same}});
+      }
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";
+}
