@@ -28,7 +28,7 @@ PREFIX="$work/prefix"
 g++ -std=c++17 -O1 "$src/examples/async_steps.cpp" -o "$work/async_steps-bare" \
   -I$PREFIX/include -I/usr/include/torch/csrc/api/include \
   -L$PREFIX/lib -lampactor_trace -lampactor_actors -lampactor_keeper -lampactor_messages \
-  -lampactor_protocol -lampactor_scaler -lampactor_kernels -lampactor_core \
+  -lampactor_protocol -lampactor_scaler -lampactor_optim -lampactor_kernels -lampactor_core \
   -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
 "$work/async_steps-bare" "$work/run-bare.jsonl"
 

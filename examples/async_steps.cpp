@@ -1,10 +1,12 @@
-// The actor-backed GradScaler four ways: steps on the optimizer thread, asynchronous step jobs
-// (submit), the asynchronous pipeline over fp32 masters, a recorded trace; and, where a CUDA
-// device is, an fp16 model on the GPU with its masters and optimizer on the CPU.
+// The actor-backed GradScaler five ways: steps on the optimizer thread, asynchronous step jobs
+// (submit), the asynchronous pipeline over fp32 masters, the same with a fused optimizer, a
+// recorded trace; and, where a CUDA device is, an fp16 model on the GPU with its masters and
+// optimizer on the CPU.
 //
 //   async_steps [TRACE_PATH]    (default run.jsonl; replay it with ampactor-replay TRACE_PATH)
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/trace/trace.h>  // link ampactor::trace
 #include <torch/torch.h>
 
@@ -96,6 +98,24 @@ double the_pipeline(const std::vector<Batch>& data) {
   return eval(model, data);
 }
 
+/// The pipeline with a fused optimizer: no grad move; the step reads the model's grads, unscales
+/// them, skips on inf/NaN and writes the weights, in one pass per tensor.
+double the_fused_pipeline(const std::vector<Batch>& data) {
+  auto model = make_model();
+  ampactor::GradScaler scaler;
+  const auto o = ampactor::AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true);
+  ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
+  ampactor::optim::FusedAdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2),
+                                  ampactor::optim::FusedOptions().threads(1));
+  for (auto& batch : data) {
+    scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });  // takes the grads: the next backward makes new
+    scaler.update();
+  }
+  pipe.sync();
+  return eval(model, data);
+}
+
 /// Every message to and from the scale keeper, recorded for ampactor-replay.
 double a_recorded_run(const std::vector<Batch>& data, const std::string& path) {
   auto model = make_model();
@@ -145,10 +165,12 @@ int main(int argc, char** argv) try {
   auto fresh = make_model();
   const double untrained = eval(fresh, data);
   const double losses[] = {steps_on_the_optimizer_thread(data), asynchronous_step_jobs(data),
-                           the_pipeline(data), a_recorded_run(data, trace)};
+                           the_pipeline(data), the_fused_pipeline(data),
+                           a_recorded_run(data, trace)};
   std::cout << "eval loss: untrained " << untrained << ", steps " << losses[0] << ", submit "
-            << losses[1] << ", pipeline " << losses[2] << ", recorded " << losses[3]
-            << "\nreplay the trace with: ampactor-replay " << trace << "\n";
+            << losses[1] << ", pipeline " << losses[2] << ", fused pipeline " << losses[3]
+            << ", recorded " << losses[4] << "\nreplay the trace with: ampactor-replay " << trace
+            << "\n";
   the_model_on_the_gpu(data);
   for (double l : losses)
     if (!(l < untrained)) return 1;  // each way trained

@@ -10,6 +10,9 @@
 // it waits for fn as well and copies the result back: plain synchronous training. swap_weights
 // moves (a) out of the wait: fn's job fills a spare copy of the weights and (a) swaps it in.
 // defer_grad_move moves (b) out of it: step() takes the grads and (b) runs in fn's job.
+// With a fused optimizer (ampactor::optim) (b) only reads the grads for inf/NaN and the step
+// reads them again, unscaling inside, and writes the weights (the model at staleness 0, the
+// spare with swap_weights) in the same pass; at staleness 1 step() then takes the grads.
 #pragma once
 
 #include <ATen/core/Tensor.h>
