@@ -120,6 +120,7 @@ struct Mode {
   // host optimizer beside a GPU trainer does not, so it shows what the pipeline itself overlaps.
   bool in_cache_step = false;
   bool defer = false;  // AsyncOptimizerOptions::defer_grad_move
+  bool fused = false;  // ampactor::optim::FusedAdam instead of torch::optim::Adam
 };
 
 struct Timing {

@@ -1,6 +1,8 @@
 // ampactor-bench-overlap: the timed loop of each mode, and one workload's whole run.
 #include "bench_overlap.h"
 
+#include <ampactor/optim/fused.h>
+
 namespace ampactor::bench::overlap {
 
 /// Busy the core for `ms` with a matmul whose operands stay in its own cache.
@@ -22,7 +24,10 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (m.staleness < 0) {
     local = std::make_unique<LocalGradScaler>(so);
-    opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-4));
+    if (m.fused)
+      opt = std::make_unique<optim::FusedAdam>(params, torch::optim::AdamOptions(1e-4));
+    else
+      opt = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-4));
   } else {
     scaler = std::make_unique<GradScaler>(so, m.policy);
     pipe = std::make_unique<AsyncOptimizer>(params, *scaler,
@@ -34,6 +39,10 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
     if (m.in_cache_step)
       opt = std::make_unique<torch::optim::SGD>(pipe->optim_parameters(),
                                                 torch::optim::SGDOptions(1e-4));
+    else if (m.fused)  // one thread, as the pipeline's optimizer_threads(1)
+      opt = std::make_unique<optim::FusedAdam>(pipe->optim_parameters(),
+                                               torch::optim::AdamOptions(1e-4),
+                                               optim::FusedOptions().threads(1));
     else
       opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
                                                  torch::optim::AdamOptions(1e-4));
@@ -130,6 +139,10 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
             << opt_conc_ms / opt_ms << "x alone)\n"
             << rounds << " rounds x " << iters << " iterations per mode, order rotating\n";
 
+  auto fused = [](Mode m) {
+    m.fused = true;
+    return m;
+  };
   const std::vector<Mode> modes = {
       {"local", "LocalGradScaler, no pipeline (reference)", -1, ScalePolicy::exact},
       kSyncMode,
@@ -146,6 +159,10 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
        true},
       {"async_defer_swap_in_cache", "control: defer + swap, in-cache step", 1, ScalePolicy::exact,
        true, true, true},
+      fused({"local_fused", "LocalGradScaler + FusedAdam", -1, ScalePolicy::exact}),
+      fused({"sync_fused", "pipeline, staleness 0, FusedAdam", 0, ScalePolicy::exact}),
+      fused({"async_fused_defer_swap", "pipeline, defer + swap, FusedAdam", 1, ScalePolicy::exact,
+             true, false, true}),
   };
   std::vector<std::vector<Timing>> got(modes.size());
   for (int r = 0; r < rounds; ++r) {
@@ -239,6 +256,23 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
   res["control_defer_swap_over_sync_rounds"] = control_ds;
   std::cout << "control (in-cache optimizer step, no competition for memory): async / sync "
             << median_of(control) << ", defer + swap / sync " << median_of(control_ds) << "\n";
+  // The fused optimizer: what it costs the trainer over forward+backward alone (the limit of
+  // overlap), and the pipeline against the thread-free loop with LibTorch's Adam.
+  const std::size_t fds = index("async_fused_defer_swap");
+  const auto vs_local = ratio_to_sync(fds, index("local"));
+  const double over_fb = med[fds] / fb_ms;
+  res["fused"] = {{"defer_swap_over_forward_backward", over_fb},
+                  {"defer_swap_over_forward_backward_max", 1.10},
+                  {"defer_swap_over_forward_backward_met", over_fb <= 1.10},
+                  {"defer_swap_over_local_adam", median_of(vs_local)},
+                  {"defer_swap_over_local_adam_rounds", vs_local},
+                  {"local_fused_over_local_adam",
+                   median_of(ratio_to_sync(index("local_fused"), index("local")))}};
+  std::cout << "fused: defer + swap iteration / forward+backward alone " << over_fb
+            << " (goal <= 1.10: " << (over_fb <= 1.10 ? "met" : "NOT met")
+            << "); / LocalGradScaler with LibTorch's Adam " << median_of(vs_local)
+            << "; LocalGradScaler with FusedAdam / with LibTorch's Adam "
+            << res["fused"]["local_fused_over_local_adam"].get<double>() << "\n";
   return res;
 }
 

@@ -5,7 +5,8 @@ set -eu
 bench=$1 json=$2
 "$bench" --quick --workload all --json "$json" > "$json.out"
 for key in '"mlp"' '"embed"' control_async_over_sync async_in_cache matmul_in_core_cache \
-  exact_scale_wait_share async_defer_swap control_defer_swap_over_sync sync_pipeline_step_ms; do
+  exact_scale_wait_share async_defer_swap control_defer_swap_over_sync sync_pipeline_step_ms \
+  async_fused_defer_swap defer_swap_over_forward_backward; do
   grep -q "$key" "$json" || { echo "missing $key in $json"; exit 1; }
 done
 # Bad options are refused with a message and a non-zero exit.
