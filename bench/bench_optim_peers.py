@@ -32,6 +32,7 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import pathlib
 import statistics
 import sys
@@ -132,6 +133,7 @@ def main():
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     dt = torch.bfloat16 if args.dtype == "bfloat16" else torch.float16
+    load0 = os.getloadavg()[0]
 
     rp_adam = None
     if args.roundpipe_src:
@@ -148,7 +150,9 @@ def main():
                      ("RoundPipe pipeline", lambda ps: rp_adam(ps, lr=LR), True)]
 
     print(f"torch {torch.__version__}; Adam (lr {LR}, defaults), fp32 masters, model grads and "
-          f"weights in {args.dtype}; ms per step, median of {args.reps} after 1 warm-up\n")
+          f"weights in {args.dtype}; ms per step, median of {args.reps} after 1 warm-up; "
+          f"{os.cpu_count()} CPUs, load average {load0:.2f} (other work skews "
+          "multi-thread figures: each OpenMP region waits for its slowest thread)\n")
     head = "params  dtype     thr | " + " | ".join(f"{v[0]:>18}" for v in variants)
     print(head + " | max|d| from torch fused")
     rows = []
@@ -177,9 +181,12 @@ def main():
             cells = " | ".join(f"{row[v[0].replace(' ', '_').lower() + '_ms']:18.2f}"
                                for v in variants)
             print(f"{m:4d} Mi  {args.dtype:8s}  {t}  | {cells} | {' '.join(diffs)}", flush=True)
+    load1 = os.getloadavg()[0]
+    print(f"\nload average at the end: {load1:.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "reps": args.reps, "rows": rows}, f, indent=1)
+            json.dump({"torch": torch.__version__, "reps": args.reps, "cpus": os.cpu_count(),
+                       "loadavg": [load0, load1], "rows": rows}, f, indent=1)
             f.write("\n")
 
 

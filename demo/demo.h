@@ -36,7 +36,8 @@ struct Settings {
   std::string out = "out/demo";
   std::string text_dir = "/usr/share/common-licenses";
   std::string device = "cpu";
-  std::string trace;  // record each scaled run's keeper messages (JSON Lines)
+  std::string trace;                // record each scaled run's keeper messages (JSON Lines)
+  std::string optimizer = "fused";  // the asynchronous runs' Adam: fused or torch
   std::vector<std::string> modes = kModes;
 
   bool in_spike(int k) const {

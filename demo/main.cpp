@@ -25,6 +25,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--lr", s.lr, "Adam learning rate")->check(CLI::PositiveNumber);
   app.add_option("--seed", s.seed, "seed for the weights and the batches");
+  app.add_option("--optimizer", s.optimizer,
+                 "the asynchronous runs' Adam: fused (ampactor::optim::FusedAdam: reads the fp16 "
+                 "grads, unscales, skips and writes the weights in one pass) or torch "
+                 "(torch::optim::Adam after the grad move); the same numbers either way")
+      ->check(CLI::IsMember({"fused", "torch"}));
   app.add_option("--overflow-at", s.overflow_at,
                  "iterations whose loss is scaled up 1e5x to force an overflow (scaled modes; "
                  "default: none)")
@@ -95,7 +100,8 @@ int main(int argc, char** argv) {
               << corpus.size() << " characters, alphabet " << corpus.vocab() << "\n"
               << "model: context " << shape.context << ", embedding " << shape.embed << ", hidden "
               << shape.hidden << "; batch " << s.batch << ", " << s.steps << " steps, Adam lr "
-              << s.lr << ", " << at::get_num_threads() << " threads, device " << s.device
+              << s.lr << " (asynchronous runs: " << s.optimizer << "), " << at::get_num_threads()
+              << " threads, device " << s.device
               << (s.device == "cuda" ? " (real fp16)" : " (fp16 emulated)") << "\n";
     std::vector<Summary> runs;
     for (const auto& mode : s.modes) {

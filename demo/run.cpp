@@ -1,6 +1,7 @@
 // One training run of the demo per mode: the model, the optimizer pipeline, the burst, the probes.
 #include <ampactor/async_optimizer.h>
 #include <ampactor/grad_scaler.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/scaler/scale_state.h>
 #include <ampactor/trace/trace.h>
 
@@ -147,8 +148,13 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
                                                           .optimizer_threads(1)
                                                           .swap_weights(async)
                                                           .defer_grad_move(async));
-    opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
-                                               torch::optim::AdamOptions(s.lr));
+    if (async && s.optimizer == "fused")
+      opt = std::make_unique<ampactor::optim::FusedAdam>(
+          pipe->optim_parameters(), torch::optim::AdamOptions(s.lr),
+          ampactor::optim::FusedOptions().threads(1));
+    else
+      opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
+                                                 torch::optim::AdamOptions(s.lr));
   }
 
   std::vector<Row> rows;
