@@ -45,8 +45,9 @@ struct SgdConsts {
   bool l2 = false, first = false, nesterov = false;
 };
 
-/// Runs every span, parallel over `threads` threads of one OpenMP region (1: on the caller).
-/// Each thread takes an equal, cache-line aligned share of all the spans' elements together.
+/// Runs every span, parallel over `threads` threads (the caller and a pool of worker threads
+/// of the fused steps' own, not OpenMP's; 1: on the caller alone). Each thread takes an equal,
+/// cache-line aligned share of all the spans' elements together.
 void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>& consts,
                int threads);
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,
