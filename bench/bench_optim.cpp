@@ -25,6 +25,10 @@
 
 #include "bench_util.h"
 
+namespace ampactor::bench {
+nlohmann::json pipeline_threads(const std::vector<std::int64_t>& sizes, int reps);
+}
+
 using ampactor::bench::Clock;
 using ampactor::bench::median_of;
 
@@ -80,6 +84,10 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtypes, "model dtypes: half, bfloat16");
   app.add_option("--reps", reps, "repetitions (medians)")->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "write the figures here");
+  std::int64_t pipeline_mparams = 16;
+  app.add_option("--pipeline-mparams", pipeline_mparams,
+                 "parameters (Mi) of the pipeline's thread comparison (0: skip it)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   std::cout << "fused step loops: " << ampactor::kernels::fused_step_variant()
@@ -158,5 +166,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!json_path.empty()) std::ofstream(json_path) << rows.dump(1) << "\n";
+  nlohmann::json all = {{"steps", rows}};
+  if (pipeline_mparams > 0) {
+    at::set_num_threads(2);  // the trainer's team, as a trainer on both cores has
+    all["pipeline"] = ampactor::bench::pipeline_threads(sizes_of(pipeline_mparams << 20), reps);
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << all.dump(1) << "\n";
 }
