@@ -39,7 +39,8 @@ struct Run {
 /// Four steps of both, at changing scales; checks masters, weights and state after each.
 void compare(const Run& r) {
   CAPTURE(r.config.name());
-  const std::string grad_type = c10::toString(r.grad_type), weight_type = c10::toString(r.weight_type);
+  const std::string grad_type = c10::toString(r.grad_type),
+                    weight_type = c10::toString(r.weight_type);
   const std::string layout = name(r.layout), poisoned = name(r.poison);
   CAPTURE(grad_type);
   CAPTURE(weight_type);
