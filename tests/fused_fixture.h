@@ -99,7 +99,7 @@ inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptConfig& 
 inline bool bits_equal(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   const at::Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+  return x.nbytes() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
 }
 
 /// The state tensors and step counts of `p` in `opt`, as one list (the step count as a tensor).

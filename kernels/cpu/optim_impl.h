@@ -57,12 +57,13 @@ inline __m256 load8(const void* p, std::int64_t i) {
   if constexpr (G == StepElem::f16) return _mm256_cvtph_ps(_mm_loadu_si128(h));
   if constexpr (G == StepElem::bf16) return bf16x8_to_float(_mm_loadu_si128(h));
 }
+// (No pointer arithmetic for Out::none: p is null there.)
 template <Out W>
 inline void store8(void* p, std::int64_t i, __m256 x) {
+  auto h = [&] { return reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i); };
   if constexpr (W == Out::f32) _mm256_storeu_ps(static_cast<float*>(p) + i, x);
-  auto* h = reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i);
-  if constexpr (W == Out::f16) _mm_storeu_si128(h, _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-  if constexpr (W == Out::bf16) _mm_storeu_si128(h, float_to_bf16x8(x));
+  if constexpr (W == Out::f16) _mm_storeu_si128(h(), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  if constexpr (W == Out::bf16) _mm_storeu_si128(h(), float_to_bf16x8(x));
 }
 #endif
 
