@@ -12,7 +12,8 @@ namespace demo {
 
 /// Every mode, in the order they run.
 inline const std::vector<std::string> kModes = {
-    "fp32",           "fp16-noscale",  "fp16-sync", "fp16-async", "fp16-async-lagged",
+    "fp32",           "fp16-noscale",      "fp16-sync",
+    "fp16-async",     "fp16-async-lagged", "fp16-async-lagged-behind",
     "fp16-roundpipe", "fp16-deepspeed"};
 
 /// Whether a mode's loss is scaled (by ampactor).
@@ -38,6 +39,7 @@ struct Settings {
   std::string device = "cpu";
   std::string trace;                // record each scaled run's keeper messages (JSON Lines)
   std::string optimizer = "fused";  // the asynchronous runs' Adam: fused or torch
+  int behind_ms = 80;  // fp16-async-lagged-behind: each optimizer job starts this much later
   std::vector<std::string> modes = kModes;
 
   bool in_spike(int k) const {

@@ -30,6 +30,10 @@ int main(int argc, char** argv) {
                  "grads, unscales, skips and writes the weights in one pass) or torch "
                  "(torch::optim::Adam after the grad move); the same numbers either way")
       ->check(CLI::IsMember({"fused", "torch"}));
+  app.add_option("--behind-ms", s.behind_ms,
+                 "fp16-async-lagged-behind: ms each optimizer job waits before it starts (an "
+                 "optimizer slower than forward + backward)")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--overflow-at", s.overflow_at,
                  "iterations whose loss is scaled up 1e5x to force an overflow (scaled modes; "
                  "default: none)")

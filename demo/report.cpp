@@ -26,14 +26,14 @@ void report(const Settings& s, const std::vector<Summary>& runs) {
   sum << "mode,train_loss,eval_loss,skipped,backoffs,final_scale,weight_grad_underflow,"
          "activation_grad_underflow,wall_s,it_per_s\n";
   std::cout << "\n"
-            << std::left << std::setw(19) << "mode" << std::right << std::setw(11) << "train loss"
+            << std::left << std::setw(26) << "mode" << std::right << std::setw(11) << "train loss"
             << std::setw(10) << "eval loss" << std::setw(9) << "skipped" << std::setw(10)
             << "backoffs" << std::setw(13) << "final scale" << std::setw(10) << "w-grad uf"
             << std::setw(10) << "act uf" << std::setw(9) << "wall s" << std::setw(8) << "it/s"
             << "\n";
   for (const auto& r : runs) {
     const double ips = s.steps / r.wall_s;
-    std::cout << std::left << std::setw(19) << r.mode << std::right << std::fixed
+    std::cout << std::left << std::setw(26) << r.mode << std::right << std::fixed
               << std::setprecision(4) << std::setw(11) << r.train_loss << std::setw(10)
               << r.eval_loss << std::setw(9) << r.skipped << std::setw(10) << r.backoffs
               << std::setw(13) << std::defaultfloat << (r.final_scale > 0 ? r.final_scale : 1)

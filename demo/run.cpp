@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "demo.h"
 
@@ -106,8 +107,9 @@ std::string trace_file(const Settings& s, const std::string& mode) {
 Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& shape,
             const Settings& s) {
   const bool fp32 = mode == "fp32";
-  const bool async =
-      mode == "fp16-async" || mode == "fp16-async-lagged" || mode == "fp16-deepspeed";
+  const bool lagged = mode == "fp16-async-lagged" || mode == "fp16-async-lagged-behind";
+  const bool behind = mode == "fp16-async-lagged-behind";
+  const bool async = mode == "fp16-async" || lagged || mode == "fp16-deepspeed";
   const bool roundpipe = mode == "fp16-roundpipe";
   const at::Device device(s.device);
   CharMlp model(shape, fp32 ? at::kFloat : at::kHalf, s.seed, device);
@@ -121,8 +123,7 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
                       .growth_interval(s.growth_interval)
                       .enabled(scaled(mode))
                       .allow_fp16_grads(true);
-  const auto policy =
-      mode == "fp16-async-lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
+  const auto policy = lagged ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
   // RoundPipe's rule, emulated: iteration k+1 scales with N as it was after update k-1, and every
   // overflow backs N off (reference/roundpipe.md); ampactor applies it through update(new_scale).
   std::optional<ampactor::ScaleState> pending;
@@ -203,6 +204,13 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
         underflow_sum += probe.underflow;
         ++underflow_probes;
       }
+      // An optimizer behind the trainer (as a CPU optimizer over a large model): a job that only
+      // waits, queued ahead of the step's, so the step's unscale report comes after the next
+      // iteration's scale request. The exact policy would wait for it; lagged answers at once.
+      if (behind)
+        scaler->submit(
+            [ms = s.behind_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
+            ampactor::SubmitOptions().unscales(ampactor::UnscalePermit::none()));
       pipe->step(*opt, [&] { scaler->step(*opt); });
       if (roundpipe) {
         if (k >= 1) pending->update(scaler->wait_result(k - 1).skipped());

@@ -20,13 +20,15 @@ refused "outside" --steps 10 --overflow-at 10
 refused "--workers" --workers 0.5
 refused "the burst" --steps 10 --spike-at 8 --spike-length 4
 refused "--spike-factor" --spike-factor 0
+refused "--behind-ms" --behind-ms -1
 refused "no such directory" --steps 2 --text-dir /nonexistent --out "$out/bad"
 refused "unknown option\|not expected\|--bogus" --bogus
 
 rm -rf "$out"
 "$demo" --steps 8 --batch 256 --probe-every 2 --overflow-at 3 --spike-length 0 --out "$out" \
   --trace "$out/t.jsonl" >"$out.log" 2>&1 || { cat "$out.log"; fail "short run failed"; }
-for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged fp16-roundpipe fp16-deepspeed; do
+for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged fp16-async-lagged-behind fp16-roundpipe \
+  fp16-deepspeed; do
   [ "$(wc -l <"$out/$m.csv")" -eq 9 ] || fail "$m.csv should have a header and 8 rows"
   [ "$(wc -l <"$out/$m.probe.csv")" -eq 5 ] || fail "$m.probe.csv should have a header and 4 rows (0, 2, 4, 6)"
   skipped=$(awk -F, 'NR > 1 { s += $4 } END { print s + 0 }' "$out/$m.csv")
@@ -36,7 +38,7 @@ for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged fp16-roundpipe
   esac
   [ "$skipped" -eq "$want" ] || fail "$m skipped $skipped steps, expected $want"
 done
-for m in fp16-sync fp16-async fp16-async-lagged fp16-roundpipe fp16-deepspeed; do
+for m in fp16-sync fp16-async fp16-async-lagged fp16-async-lagged-behind fp16-roundpipe fp16-deepspeed; do
   [ -s "$out/t.$m.jsonl" ] || fail "no trace for $m"
 done
 [ -s "$out/summary.csv" ] || fail "no summary.csv"
