@@ -157,14 +157,19 @@ void AsyncOptimizer::check_optimizer(const torch::optim::Optimizer& opt) const {
     }
 }
 
+bool AsyncOptimizer::fuses(torch::optim::Optimizer& opt) const {
+  return optim::fused_step_of(opt) != nullptr && !scaler_.options().ranks();
+}
+
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
   check_optimizer(opt);
   behind_ = options_.staleness() == 1;
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
   // A fused optimizer reads the model's grads in its step and writes the weights in the same
-  // pass: the job checks the grads (UnscaleDone) instead of moving them.
-  const bool fused = optim::fused_step_of(opt) != nullptr;
+  // pass: the job checks the grads (UnscaleDone) instead of moving them. Not with ranks: their
+  // mean is made in fp32 by the move, and the fused step then reads the masters' grads.
+  const bool fused = fuses(opt);
   if (options_.staleness() == 0) {
     scaler_.run_on_optimizer([&] {
       JobContext* job = JobContext::current();
@@ -273,7 +278,7 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
         // The spare is filled even when the move or fn fails, as in step(). The grads are the
         // job's alone: fp32 ones become the masters' grads without a copy.
         JobContext* job = JobContext::current();
-        const bool fused = optim::fused_step_of(opt) != nullptr;
+        const bool fused = fuses(opt);
         try {
           if (fused)  // the fused step writes the spare itself (nobody reads it before the word)
             job->check_for_fused_(opt, grads, masters_,

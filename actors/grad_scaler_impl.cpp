@@ -1,6 +1,7 @@
 #include "internal/grad_scaler_impl.h"
 
 #include <ampactor/messages/config.h>
+#include <ampactor/scaler/ranks.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/logger.hpp>
@@ -62,6 +63,11 @@ std::string call(const char* method) {
 GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePolicy p,
                        std::shared_ptr<KeeperTap> tap) {
   o.validate();
+  // Data parallel: every rank's trajectory must be the same, so every rank's options must be.
+  if (o.ranks())
+    o.ranks()->require_same("scaler options", std::string("scaler=GradScaler policy=") +
+                                                  (p == ScalePolicy::exact ? "exact " : "lagged ") +
+                                                  describe(o));
   setup.opts = o;
   setup.policy = p;
   setup.tap = std::move(tap);

@@ -1,4 +1,5 @@
 #include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/scaler/ranks.h>
 
 #include <torch/optim/optimizer.h>
 #include <caf/send.hpp>
@@ -59,14 +60,15 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
   refuse_late_unscale(opt);
   if (!enabled_) {
     // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
-    StepTracker plain(true);
+    StepTracker plain(true, tracker_.ranks());  // data parallel: averaged all the same
     plain.move_and_unscale_(opt, model_grads, masters, 1.0f, adopt);
     return false;
   }
   const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
   moved_.push_back(&opt);
   ++unscales_;
-  report_unscale(optimizer_id_of(opt), found, tracker_.grad_size(opt));
+  report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
+                 tracker_.grad_size(opt));
   return found;
 }
 
@@ -79,7 +81,8 @@ bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
   const bool found = tracker_.check_for_fused_(opt, model_grads, std::move(weights));
   moved_.push_back(&opt);
   ++unscales_;
-  report_unscale(optimizer_id_of(opt), found, tracker_.grad_size(opt));
+  report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
+                 tracker_.grad_size(opt));
   return found;
 }
 
@@ -101,7 +104,8 @@ bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   // update() with nothing else raises "No inf checks were recorded prior to update."
   if (!tracker_.has_inf_checks(opt)) return found;
   ++unscales_;
-  report_unscale(optimizer_id_of(opt), found, tracker_.grad_size(opt));
+  report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
+                 tracker_.grad_size(opt));
   return found;
 }
 
@@ -119,7 +123,7 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
   // torch, and the keeper still hears of them.
   StepOutcome out = tracker_.step(opt, inverse(scale_), [&](bool found) {
     ++unscales_;
-    report_unscale(id, found, tracker_.grad_size(opt));
+    report_unscale(id, found, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
   });
   report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_});
   return out;
@@ -137,7 +141,8 @@ namespace {
 
 /// Everything the optimizer side knows of one open iteration.
 struct IterationState {
-  explicit IterationState(bool allow_fp16) : tracker(allow_fp16) {}
+  IterationState(bool allow_fp16, std::shared_ptr<RankGroup> ranks)
+      : tracker(allow_fp16, std::move(ranks)) {}
   StepTracker tracker;
   std::vector<StepResult> steps;
   std::int32_t unscales = 0;
@@ -168,7 +173,7 @@ using optimizer_ptr = optimizer_actor::stateful_pointer<optimizer_state>;
 IterationState& open_iteration(optimizer_state& st, iteration_t k) {
   auto it = st.open.find(k);
   if (it == st.open.end())
-    it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads())).first;
+    it = st.open.emplace(k, IterationState(st.opts.allow_fp16_grads(), st.opts.ranks())).first;
   return it->second;
 }
 
@@ -182,10 +187,11 @@ class Job final : public JobContext {
         it_(it) {}
 
  private:
-  void report_unscale(optimizer_id opt, bool found_inf, const GradSize& size) override {
+  void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf,
+                      const GradSize& size) override {
     ++it_.unscales;
-    self_->send(self_->state.keeper,
-                UnscaleDone{iteration(), opt, found_inf, scale(), size.max, size.dtype_max});
+    self_->send(self_->state.keeper, UnscaleDone{iteration(), opt, found_inf, scale(), size.max,
+                                                 size.dtype_max, local_found_inf});
   }
   void report_step(const StepResult& r) override {
     it_.steps.push_back(r);
@@ -256,12 +262,17 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
           what = "unknown exception in a step job";
         }
         record_failure(it, code, what);
+        // Data parallel: the other ranks' next collective fails; this lets them name this rank
+        // and its reason (a collective's own failure names another rank already).
+        if (self->state.opts.ranks() && code != errc::rank_failed)
+          self->state.opts.ranks()->fail("its step job in iteration " + std::to_string(job.k) +
+                                         " threw: " + what);
         release_counted(ctx.unscales());
         return make_error(code, what);
       },
       [=](CloseIteration c) {
         auto& st = self->state;
-        IterationState it(st.opts.allow_fp16_grads());
+        IterationState it(st.opts.allow_fp16_grads(), st.opts.ranks());
         if (auto found = st.open.find(c.k); found != st.open.end()) {
           it = std::move(found->second);
           st.open.erase(found);

@@ -79,6 +79,8 @@ const char* to_string(errc code) {
       return "bad_rule";
     case errc::scale_at_minimum:
       return "scale_at_minimum";
+    case errc::rank_failed:
+      return "rank_failed";
   }
   return "unknown";
 }

@@ -1,4 +1,5 @@
 #include <ampactor/scaler/local_grad_scaler.h>
+#include <ampactor/scaler/ranks.h>
 
 #include <ATen/ops/mul.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -10,8 +11,14 @@
 namespace ampactor {
 
 LocalGradScaler::LocalGradScaler(const GradScalerOptions& opts)
-    : opts_(opts), enabled_(opts.enabled()), state_(opts), tracker_(opts.allow_fp16_grads()) {
+    : opts_(opts),
+      enabled_(opts.enabled()),
+      state_(opts),
+      tracker_(opts.allow_fp16_grads(), opts.ranks()) {
   opts_.validate();
+  // Data parallel: every rank's trajectory must be the same, so every rank's options must be.
+  if (opts_.ranks())
+    opts_.ranks()->require_same("scaler options", "scaler=LocalGradScaler " + describe(opts_));
 }
 
 LocalGradScaler::LocalGradScaler(double init_scale, double growth_factor, double backoff_factor,

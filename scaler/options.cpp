@@ -102,4 +102,18 @@ void GradScalerOptions::validate() const {
   check_rule(scale_rule());
 }
 
+std::string describe(const GradScalerOptions& o) {
+  auto b = [](bool v) { return v ? "true" : "false"; };
+  return "enabled=" + std::string(b(o.enabled())) + " init_scale=" + show_value(o.init_scale()) +
+         " growth_factor=" + show_value(o.growth_factor()) +
+         " backoff_factor=" + show_value(o.backoff_factor()) +
+         " growth_interval=" + std::to_string(o.growth_interval()) +
+         " rule=" + rule_name(o.rule()) + " min_scale=" + show_value(o.min_scale()) +
+         " max_scale=" + show_value(o.max_scale()) +
+         " hysteresis=" + std::to_string(o.hysteresis()) +
+         " consecutive_hysteresis=" + b(o.consecutive_hysteresis()) +
+         " raise_at_min_scale=" + b(o.raise_at_min_scale()) +
+         " allow_fp16_grads=" + b(o.allow_fp16_grads());
+}
+
 }  // namespace ampactor

@@ -1,6 +1,7 @@
 #include <ampactor/kernels/unscale.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/scaler/errors.h>
+#include <ampactor/scaler/ranks.h>
 #include <ampactor/scaler/step_tracker.h>
 
 #include <ATen/ops/empty.h>
@@ -38,6 +39,7 @@ double dtype_max_of(c10::ScalarType t) {
 }
 
 GradSize OptimizerRecord::grad_size() const {
+  if (agreed) return agreed_size;
   GradSize best;
   for (const auto& [dtype_max, t] : absmax) {
     const double m = t.item<float>();
@@ -156,6 +158,7 @@ bool StepTracker::check_for_fused_(torch::optim::Optimizer& opt, std::vector<at:
   rec.check_only = true;
   rec.grads = std::move(grads);
   rec.weights = std::move(weights);
+  agree(rec);
   return rec.any_found_inf();
 }
 
@@ -205,6 +208,7 @@ bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   rec.found_inf_per_device = std::move(found.found_inf_per_device);
   rec.absmax = std::move(found.absmax);
   rec.stage = OptState::unscaled;
+  agree(rec);
   return rec.any_found_inf();
 }
 
@@ -263,10 +267,20 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
   if (!adopted.empty()) unscale_measured(adopted, inv_scale, f, absmax);
   for (std::size_t i = 0; i < masters.size(); ++i)
     masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
+  if (ranks_) {
+    // Data parallel: the ranks' mean gradient, in fp32 (the masters' grads): an fp16 sum of the
+    // ranks' scaled gradients could overflow where none of them did. An inf or NaN of one rank
+    // spreads to all, and the agreement below makes every rank skip.
+    std::vector<at::Tensor> moved;
+    for (const at::Tensor& g : dest)
+      if (g.defined()) moved.push_back(g);
+    ranks_->average(moved);
+  }
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = {{f.device(), f}};
   rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
+  agree(rec);
   return rec.any_found_inf();
 }
 
@@ -289,6 +303,7 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   rec.found_inf_per_device = std::move(found.found_inf_per_device);
   rec.absmax = std::move(found.absmax);
   rec.stage = OptState::unscaled;
+  if (out.unscaled_here) agree(rec);
   out.found_inf = rec.any_found_inf();
   out.skipped = out.found_inf;
   if (out.unscaled_here && on_unscaled) on_unscaled(out.found_inf);
@@ -315,6 +330,29 @@ std::optional<bool> StepTracker::found_inf(const torch::optim::Optimizer& opt) c
   auto it = records_.find(&opt);
   if (it == records_.end() || it->second.stage == OptState::ready) return std::nullopt;
   return it->second.any_found_inf();
+}
+
+std::optional<bool> StepTracker::local_found_inf(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  if (it == records_.end() || it->second.stage == OptState::ready) return std::nullopt;
+  return it->second.local_found_inf;
+}
+
+StepTracker::StepTracker(bool allow_fp16_grads, std::shared_ptr<RankGroup> ranks)
+    : allow_fp16_grads_(allow_fp16_grads), ranks_(std::move(ranks)) {}
+
+void StepTracker::agree(OptimizerRecord& rec) const {
+  rec.local_found_inf = rec.any_found_inf();
+  if (!ranks_) return;
+  // One collective per unscale on every rank, even one without gradients, so that the ranks'
+  // calls stay paired.
+  const GradSize size = rec.grad_size();
+  float v[2] = {rec.local_found_inf ? 1.0f : 0.0f, float(size.max)};
+  ranks_->all_max(v, 2);
+  for (auto& [device, t] : rec.found_inf_per_device)
+    t.fill_(v[0]);
+  rec.agreed = true;
+  rec.agreed_size = {double(v[1]), size.dtype_max};
 }
 
 GradSize StepTracker::grad_size(const torch::optim::Optimizer& opt) const {

@@ -44,7 +44,7 @@ struct GoldenRig {
   /// gradients' size when measured (dtype_max 0: not).
   void report(const std::string& opt, iteration_t k, optimizer_id id, bool inf, double grad_max = 0,
               double dtype_max = 0) {
-    send(opt, UnscaleDone{k, id, inf, scale_of.at(k), grad_max, dtype_max});
+    send(opt, UnscaleDone{k, id, inf, scale_of.at(k), grad_max, dtype_max, inf});
   }
 };
 

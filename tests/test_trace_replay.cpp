@@ -115,14 +115,23 @@ TEST_CASE("bad traces: a clear error with the line number") {
     }
   }
   SUBCASE("unsupported schema version") {
-    const TraceError e = read_error(with(0, "\"version\":5", "\"version\":6"));
+    const TraceError e = read_error(with(0, "\"version\":6", "\"version\":7"));
     CHECK(e.line() == 1);
-    CHECK(std::string(e.what()).find("unsupported trace schema version 6") != std::string::npos);
+    CHECK(std::string(e.what()).find("unsupported trace schema version 7") != std::string::npos);
   }
   SUBCASE("a version 2 message in a version 1 trace") {
-    const TraceError e = read_error(with(0, "\"version\":5", "\"version\":1"));
+    const TraceError e = read_error(with(0, "\"version\":6", "\"version\":1"));
     CHECK(e.line() > 1);
     CHECK(std::string(e.what()).find("UpdateScale") != std::string::npos);
+  }
+  SUBCASE("a rank's own found_inf without the agreed one") {
+    std::size_t i = 0;
+    while (good[i].find("\"local_found_inf\":false") == std::string::npos)
+      ++i;
+    const TraceError e =
+        read_error(with(i, "\"local_found_inf\":false", "\"local_found_inf\":true"));
+    CHECK(e.line() == i + 1);
+    CHECK(std::string(e.what()).find("local_found_inf without found_inf") != std::string::npos);
   }
   SUBCASE("header options a keeper refuses") {
     const TraceError e = read_error(with(0, "\"growth_factor\":2.0", "\"growth_factor\":0.5"));

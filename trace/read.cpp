@@ -108,7 +108,7 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
   const json& raw = r.at("msg");
   if (!raw.is_object()) r.wrong("msg", raw, "an object");
   r.done();
-  const json msg = version <= 4 ? upgrade_to_v5(type, raw, version) : raw;
+  const json msg = version <= 5 ? upgrade_old(type, raw, version) : raw;
   std::optional<TraceMessage> v1_msg;
   if (version == 1) v1_msg = read_v1(type, msg);
   if (v1_msg) {
@@ -149,6 +149,11 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
     if (!(d->grad_max >= 0 && d->dtype_max >= 0 && std::isfinite(d->dtype_max) &&
           (d->dtype_max == 0 ? d->grad_max == 0 : d->grad_max <= d->dtype_max)))
       throw Bad("UnscaleDone: grad_max must lie in [0, dtype_max] (both 0: not measured)");
+  if (auto* d = std::get_if<UnscaleDone>(&e.msg))
+    if (d->local_found_inf && !d->found_inf)
+      throw Bad(
+          "UnscaleDone: local_found_inf without found_inf (the agreed value is the ranks' "
+          "largest)");
   if (is_keeper_input(e.msg) ? e.to != trace_keeper : e.from != trace_keeper)
     throw Bad(type + (is_keeper_input(e.msg) ? " must go to" : " must come from") + " \"keeper\"");
   return e;

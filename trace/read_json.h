@@ -128,7 +128,7 @@ struct Reader {
 /// A version 1 message that version 2 replaced, as its version 2 value (nullopt: not one).
 std::optional<TraceMessage> read_v1(const std::string& type, const json& j);
 
-/// A version 1 to 4 message with version 5's fields (read_old.cpp says which).
-json upgrade_to_v5(const std::string& type, const json& msg, int version);
+/// A version 1 to 5 message with version 6's fields (read_old.cpp says which).
+json upgrade_old(const std::string& type, const json& msg, int version);
 
 }  // namespace ampactor::trace_detail

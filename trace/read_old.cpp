@@ -42,11 +42,15 @@ std::optional<TraceMessage> read_v1(const std::string& type, const json& j) {
   return std::nullopt;
 }
 
-/// A version 1 to 4 message with version 5's fields: no rule raised (UpdateApplied.halted), none
-/// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured, and
-/// below_one is what the recorded scale says.
-json upgrade_to_v5(const std::string& type, const json& msg, int version) {
+/// A version 1 to 5 message with version 6's fields: no rule raised (UpdateApplied.halted), none
+/// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured (before
+/// 5), below_one is what the recorded scale says, and there were no ranks (local_found_inf is
+/// found_inf).
+json upgrade_old(const std::string& type, const json& msg, int version) {
   json m = msg;
+  if (type == "UnscaleDone" && !m.contains("local_found_inf") && m.contains("found_inf"))
+    m["local_found_inf"] = m["found_inf"];
+  if (version >= 5) return m;
   if (type == "UnscaleDone" && !m.contains("grad_max")) m["grad_max"] = 0, m["dtype_max"] = 0;
   if (type == "UpdateApplied" && !m.contains("below_one"))
     m["below_one"] = m.contains("scale") && m["scale"].is_number() && m["scale"] < 1.0;

@@ -20,7 +20,8 @@ void fields(F& f, ScaleReply& x) {
 template <class F>
 void fields(F& f, UnscaleDone& x) {
   f("k", x.k), f("optimizer", x.optimizer), f("found_inf", x.found_inf),
-      f("scale_used", x.scale_used), f("grad_max", x.grad_max), f("dtype_max", x.dtype_max);
+      f("scale_used", x.scale_used), f("grad_max", x.grad_max), f("dtype_max", x.dtype_max),
+      f("local_found_inf", x.local_found_inf);
 }
 template <class F>
 void fields(F& f, UpdateScale& x) {
@@ -126,7 +127,7 @@ struct has_k : std::false_type {};
 template <class T>
 struct has_k<T, std::void_t<decltype(T::k)>> : std::true_type {};
 
-constexpr int errc_last = static_cast<int>(errc::scale_at_minimum);
+constexpr int errc_last = static_cast<int>(errc::rank_failed);
 
 inline const char* policy_name(ScalePolicy p) {
   return p == ScalePolicy::lagged ? "lagged" : "exact";

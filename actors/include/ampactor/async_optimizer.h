@@ -133,6 +133,8 @@ class AsyncOptimizer {
   /// word.
   void swap_in();
   std::vector<at::Tensor> model_grads() const;
+  /// Whether the job checks the grads for opt's fused step instead of moving them.
+  bool fuses(torch::optim::Optimizer& opt) const;
   /// step() with defer_grad_move.
   void step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
                      std::function<void()> fn);

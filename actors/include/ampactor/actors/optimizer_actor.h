@@ -82,8 +82,10 @@ class JobContext {
   JobContext(iteration_t k, float scale, bool enabled, UnscalePermit permit, caf::actor_id runner,
              StepTracker& tracker);
   virtual ~JobContext();
-  /// size: how large the gradients were (StepTracker::grad_size).
-  virtual void report_unscale(optimizer_id opt, bool found_inf, const GradSize& size) = 0;
+  /// found_inf: agreed across the ranks, if any; local_found_inf: this rank's own. size: how large
+  /// the gradients were (StepTracker::grad_size).
+  virtual void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf,
+                              const GradSize& size) = 0;
   virtual void report_step(const StepResult& r) = 0;
 
  private:

@@ -38,7 +38,7 @@ typename Inspector::result_type inspect(Inspector& f, ScaleReply& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UnscaleDone& x) {
   return f(caf::meta::type_name("UnscaleDone"), x.k, x.optimizer, x.found_inf, x.scale_used,
-           x.grad_max, x.dtype_max);
+           x.grad_max, x.dtype_max, x.local_found_inf);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepResult& x) {

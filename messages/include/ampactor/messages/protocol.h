@@ -46,6 +46,9 @@ struct UnscaleDone {
   /// The keeper does not use them; traces record them, and what-if replays predict from them.
   double grad_max = 0;
   double dtype_max = 0;
+  /// Data parallel: this rank's own found_inf; found_inf and grad_max are then the ranks' agreed
+  /// (largest) values. Without ranks it equals found_inf.
+  bool local_found_inf = false;
 };
 
 /// optimizer -> trainer and subscribers: what became of one optimizer's step in iteration k.

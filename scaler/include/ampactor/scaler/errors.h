@@ -75,6 +75,9 @@ enum class errc : std::uint8_t {
   /// The deepspeed rule with raise_at_min_scale: an overflow with the scale already at min_scale
   /// (DeepSpeed raises; nothing changed).
   scale_at_minimum,
+  /// Data parallel: another rank died, failed in its step job or cannot be reached, or the
+  /// collective timed out; the text names the rank where it is known.
+  rank_failed,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -12,6 +13,8 @@
 #include <ampactor/scaler/update_rule.h>
 
 namespace ampactor {
+
+class RankGroup;
 
 /// Each setter refuses, with ScalerError and no change, only a value that no scaler could use:
 /// a factor that is NaN or infinite (bad_growth_factor, bad_backoff_factor), a growth_interval
@@ -40,6 +43,11 @@ class GradScalerOptions {
   AMPACTOR_ARG_ANY(bool, consecutive_hysteresis, false);
   /// deepspeed: an overflow with the scale at min_scale is an error (errc::scale_at_minimum).
   AMPACTOR_ARG_ANY(bool, raise_at_min_scale, false);
+  /// Data parallel (<ampactor/dist/dist.h>): the ranks whose scalers step or skip together. Each
+  /// unscale's found_inf is agreed across them (the maximum) before the scale update hears it,
+  /// the pipeline's grad move averages the gradients across them, and the scalers refuse to
+  /// start unless every rank has the same options. nullptr (the default): this process alone.
+  AMPACTOR_ARG_ANY(std::shared_ptr<RankGroup>, ranks, nullptr);
 
  public:
   /// Throws ScalerError unless growth_factor > 1, 0 < backoff_factor < 1,
@@ -67,6 +75,10 @@ class GradScalerOptions {
   /// The update rule these options describe.
   ScaleRule scale_rule() const;
 };
+
+/// The options that decide a scale trajectory, as "name=value" words separated by spaces (doubles
+/// with 17 digits): what data-parallel ranks compare before they start.
+std::string describe(const GradScalerOptions& o);
 
 /// Throws ScalerError(bad_rule) unless `rule`'s kind takes its fields: min_scale and max_scale
 /// where the kind has them, hysteresis only for deepspeed, megatron and colossalai, the factors

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -19,6 +20,8 @@ class Optimizer;
 }
 
 namespace ampactor {
+
+class RankGroup;
 
 /// How large one optimizer's gradients were when unscaled (UnscaleDone's grad_max, dtype_max):
 /// the largest finite |gradient| as made at the scale, and the largest finite value of its dtype.
@@ -44,6 +47,11 @@ struct OptimizerRecord {
   std::vector<at::Tensor> grads, weights;
   /// The fused step wrote `weights`.
   bool wrote_weights = false;
+  /// This rank's own found_inf; with ranks, found_inf_per_device holds the agreed one.
+  bool local_found_inf = false;
+  /// With ranks: the largest gradient size of all ranks (grad_size() returns it).
+  bool agreed = false;
+  GradSize agreed_size;
   bool any_found_inf() const;
   /// Reads `absmax` (a device sync, as any_found_inf is).
   GradSize grad_size() const;
@@ -67,7 +75,10 @@ struct StepOutcome {
 
 class StepTracker {
  public:
-  explicit StepTracker(bool allow_fp16_grads = false) : allow_fp16_grads_(allow_fp16_grads) {}
+  /// ranks: data parallel (GradScalerOptions::ranks). Every unscale's found_inf and gradient
+  /// size become the largest of all ranks before anything decides on them, and the pipeline's
+  /// grad move (move_and_unscale_) averages the moved gradients across the ranks first.
+  explicit StepTracker(bool allow_fp16_grads = false, std::shared_ptr<RankGroup> ranks = nullptr);
 
   /// unscale_: refuses a second unscale_ or one after step(), else unscales every gradient of
   /// `opt` in place by `inv_scale` and records inf/NaN. Returns whether any was found.
@@ -98,14 +109,17 @@ class StepTracker {
   GradSize grad_size(const torch::optim::Optimizer& opt) const;
 
   OptState stage(const torch::optim::Optimizer& opt) const;
-  /// nullopt before unscale_/step in this iteration.
+  /// nullopt before unscale_/step in this iteration. With ranks: the agreed value.
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
+  /// This rank's own found_inf (equal to found_inf without ranks).
+  std::optional<bool> local_found_inf(const torch::optim::Optimizer& opt) const;
   /// Whether unscale_ recorded inf checks for `opt` (false when it had no gradients: torch then
   /// records none, and update() with nothing else raises "No inf checks ... prior to update").
   bool has_inf_checks(const torch::optim::Optimizer& opt) const;
   /// Optimizers whose inf checks are recorded, and whether any of them found inf/NaN.
   std::size_t recorded() const;
   bool any_found_inf() const;
+  const std::shared_ptr<RankGroup>& ranks() const { return ranks_; }
   /// update(): every optimizer back to READY.
   void reset() { records_.clear(); }
 
@@ -114,8 +128,11 @@ class StepTracker {
   Unscaled unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const;
   /// The same, reading only (a fused optimizer's check; fp16 grads allowed, as in torch).
   Unscaled check_grads(torch::optim::Optimizer& opt) const;
+  /// Records the local found_inf and, with ranks, agrees found_inf and the size across them.
+  void agree(OptimizerRecord& rec) const;
 
   bool allow_fp16_grads_;
+  std::shared_ptr<RankGroup> ranks_;
   std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord> records_;
 };
 

@@ -26,7 +26,7 @@ namespace ampactor {
 /// The schema version written in every header. Version 5's UnscaleDone carries the gradients' size
 /// (grad_max, dtype_max); version 4 added the update rule; version 3 ends a complete trace with a
 /// trailer line ({"end":"ampactor","events":N}). Versions 1 to 4 are read too (README, "Traces").
-inline constexpr int trace_schema_version = 5;
+inline constexpr int trace_schema_version = 6;
 
 /// First line of a trace: what a fresh keeper needs to be rebuilt.
 struct TraceHeader {

@@ -1,0 +1,35 @@
+// What a data-parallel scaler needs from its ranks: found_inf agreed across them, gradients
+// averaged across them, and failures named. ampactor::dist implements it over a c10d process
+// group (<ampactor/dist/dist.h>); a scaler gets one through GradScalerOptions::ranks().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace ampactor {
+
+class RankGroup {
+ public:
+  virtual ~RankGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// values[i] becomes the largest values[i] of all ranks. Every rank makes the same calls in the
+  /// same order (one per unscale of each optimizer). A rank that died, failed or cannot be
+  /// reached makes it throw ScalerError(errc::rank_failed) naming that rank, within the group's
+  /// timeout.
+  virtual void all_max(float* values, int n) = 0;
+  /// Each tensor becomes the mean of that tensor over the ranks, in its own dtype (the pipeline
+  /// hands fp32 master gradients). Same calling rule and errors as all_max.
+  virtual void average(std::vector<at::Tensor>& tensors) = 0;
+  /// Tells the other ranks that this one failed and why, so that their errors name it and its
+  /// reason. Never throws.
+  virtual void fail(const std::string& why) noexcept = 0;
+  /// Throws ScalerError(errc::bad_option) on every rank unless all ranks pass the same `text`
+  /// for the same `what` (e.g. a scaler's options): the first difference is named with both
+  /// ranks' values. Waits for every rank (within the timeout).
+  virtual void require_same(const std::string& what, const std::string& text) = 0;
+};
+
+}  // namespace ampactor
