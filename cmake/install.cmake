@@ -8,6 +8,9 @@ set(_ampactor_libs ampactor_core ampactor_kernels ampactor_optim ampactor_scaler
 if(AMPACTOR_TORCH_CUDA)
   list(APPEND _ampactor_libs ampactor_kernels_cuda)
 endif()
+if(AMPACTOR_DIST)
+  list(APPEND _ampactor_libs ampactor_dist)
+endif()
 foreach(_lib IN LISTS _ampactor_libs)
   string(REPLACE "ampactor_" "" _name ${_lib})
   set_target_properties(${_lib} PROPERTIES EXPORT_NAME ${_name})
@@ -18,14 +21,18 @@ set_target_properties(ampactor_all PROPERTIES EXPORT_NAME ampactor)
 install(TARGETS ${_ampactor_libs} ampactor_all EXPORT ampactorTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-foreach(_dir scaler kernels optim messages actors trace)
+set(_ampactor_include_dirs scaler kernels optim messages actors trace)
+if(AMPACTOR_DIST)
+  list(APPEND _ampactor_include_dirs dist)
+endif()
+foreach(_dir IN LISTS _ampactor_include_dirs)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ampactor
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
 install(FILES ${PROJECT_BINARY_DIR}/generated/include/ampactor/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampactor)
 if(TARGET ampactor-replay)
-  install(TARGETS ampactor-replay RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS ampactor-replay ampactor-launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
 set(_ampactor_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/ampactor)

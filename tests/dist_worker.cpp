@@ -1,0 +1,215 @@
+// ampactor-dist-worker: one rank of the data-parallel tests (run by ampactor-launch, or alone with
+// --single N as one process over the N ranks' concatenated batches). Writes OUT/rank<R>.txt: a
+// line "k scale found_inf" per iteration, then "param <index> <hex of each float>" lines.
+//
+// Models: "exact", whose loss is linear in the weights with inputs in {-1, 0, 1} and power-of-two
+// batches, so every gradient, its mean over ranks and its mean over the concatenated batch are
+// exact in fp32 (the runs can be compared bit for bit); "mlp", a tanh MLP (compared across ranks).
+#include <ampactor/async_optimizer.h>
+#include <ampactor/dist/dist.h>
+#include <ampactor/grad_scaler.h>
+#include <ampactor/scaler/local_grad_scaler.h>
+#include <ampactor/trace/trace.h>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/modules/container/functional.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace {
+
+struct Settings {
+  std::string path = "actor", model = "exact", out = ".", policy = "exact", trace;
+  int steps = 20, staleness = 1, single = 0, growth_interval = 3;
+  std::int64_t batch = 8;
+  double init_scale = 1024;
+  bool defer = false;
+  std::set<std::pair<int, int>> inf_at, die_at, throw_at;  // (rank, iteration)
+  int timeout_ms = 20000;
+};
+
+std::pair<int, int> rank_iter(const std::string& s) {
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) throw std::invalid_argument("expected RANK:ITER, got " + s);
+  return {std::stoi(s.substr(0, colon)), std::stoi(s.substr(colon + 1))};
+}
+
+/// Sample i of iteration k, the same on every rank and in --single: inputs and targets in
+/// {-1, 0, 1} (a generator seeded by k and i alone).
+std::pair<at::Tensor, at::Tensor> samples(int k, std::int64_t first, std::int64_t n) {
+  at::Tensor x = at::empty({n, 8}), c = at::empty({n, 4});
+  for (std::int64_t j = 0; j < n; ++j) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(std::uint64_t(k) * 1000003 +
+                                                        std::uint64_t(first + j));
+    x[j] = at::randint(-1, 2, {8}, gen).to(at::kFloat);
+    c[j] = at::randint(-1, 2, {4}, gen).to(at::kFloat);
+  }
+  return {x, c};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  std::vector<std::string> inf_at, die_at, throw_at;
+  CLI::App app{"one rank of ampactor's data-parallel tests"};
+  app.add_option("--path", s.path, "local | actor | pipeline");
+  app.add_option("--model", s.model, "exact | mlp");
+  app.add_option("--policy", s.policy, "exact | lagged");
+  app.add_option("--steps", s.steps);
+  app.add_option("--batch", s.batch, "samples per rank");
+  app.add_option("--staleness", s.staleness);
+  app.add_flag("--defer", s.defer, "defer_grad_move and swap_weights");
+  app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
+  app.add_option("--init-scale", s.init_scale);
+  app.add_option("--growth-interval", s.growth_interval);
+  int odd_interval = 0;
+  std::string odd_policy;
+  app.add_option("--rank1-growth-interval", odd_interval, "rank 1 starts with another interval");
+  app.add_option("--rank1-policy", odd_policy, "rank 1 starts with another policy");
+  app.add_option("--inf-at", inf_at, "RANK:ITER: an inf in that rank's gradients");
+  app.add_option("--die-at", die_at, "RANK:ITER: that rank SIGKILLs itself there");
+  app.add_option("--throw-at", throw_at, "RANK:ITER: that rank's step job throws there");
+  app.add_option("--timeout-ms", s.timeout_ms);
+  app.add_option("--trace", s.trace, "record the keeper's trace to TRACE.rank<R>.jsonl");
+  app.add_option("--out", s.out);
+  CLI11_PARSE(app, argc, argv);
+  for (auto& v : inf_at)
+    s.inf_at.insert(rank_iter(v));
+  for (auto& v : die_at)
+    s.die_at.insert(rank_iter(v));
+  for (auto& v : throw_at)
+    s.throw_at.insert(rank_iter(v));
+
+  int rank = 0, world = 1;
+  std::shared_ptr<ampactor::RankGroup> ranks;
+  ampactor::dist::World w;
+  try {
+    if (s.single == 0) {
+      w = ampactor::dist::init_from_env(
+          ampactor::dist::DistOptions().timeout(std::chrono::milliseconds(s.timeout_ms)));
+      rank = w.launch.rank, world = w.launch.world_size, ranks = w.ranks;
+    }
+    const int shards = s.single > 0 ? s.single : world;
+    if (rank == 1 && odd_interval > 0) s.growth_interval = odd_interval;
+    if (rank == 1 && !odd_policy.empty()) s.policy = odd_policy;
+    torch::manual_seed(7);
+    torch::nn::Sequential net;
+    if (s.model == "exact") {
+      net->push_back(torch::nn::Linear(torch::nn::LinearOptions(8, 4).bias(false)));
+      torch::NoGradGuard ng;
+      for (auto& p : net->parameters())
+        p.copy_(at::randint(-8, 9, p.sizes()).to(at::kFloat) / 8);
+    } else {
+      net->push_back(torch::nn::Linear(8, 16));
+      net->push_back(torch::nn::Functional([](at::Tensor t) { return at::tanh(t); }));
+      net->push_back(torch::nn::Linear(16, 4));
+    }
+    const auto so = ampactor::GradScalerOptions()
+                        .init_scale(s.init_scale)
+                        .growth_interval(s.growth_interval)
+                        .ranks(ranks);
+    const auto policy =
+        s.policy == "lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
+    const std::string trace =
+        s.trace.empty() ? "" : s.trace + ".rank" + std::to_string(rank) + ".jsonl";
+    std::unique_ptr<ampactor::LocalGradScaler> local;
+    std::unique_ptr<ampactor::GradScaler> actor;
+    std::unique_ptr<ampactor::AsyncOptimizer> pipe;
+    std::unique_ptr<torch::optim::SGD> opt;
+    const auto sgd = torch::optim::SGDOptions(1.0 / 64).momentum(0.5);
+    if (s.path == "local") {
+      local = std::make_unique<ampactor::LocalGradScaler>(so);
+      opt = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
+    } else {
+      actor = std::make_unique<ampactor::GradScaler>(
+          so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
+      if (s.path == "pipeline") {
+        pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *actor,
+                                                          ampactor::AsyncOptimizerOptions()
+                                                              .staleness(s.staleness)
+                                                              .swap_weights(s.defer)
+                                                              .defer_grad_move(s.defer));
+        opt = std::make_unique<torch::optim::SGD>(pipe->optim_parameters(), sgd);
+      } else {
+        opt = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
+      }
+    }
+    std::ofstream out(s.out + "/rank" + std::to_string(rank) + ".txt");
+    for (int k = 0; k < s.steps; ++k) {
+      if (s.die_at.count({rank, k})) std::raise(SIGKILL);
+      const std::int64_t n = s.batch * (s.single > 0 ? shards : 1);
+      auto [x, c] = samples(k, s.single > 0 ? 0 : rank * s.batch, n);
+      net->zero_grad();
+      at::Tensor y = net->forward(x);
+      at::Tensor loss = s.model == "exact" ? (y * c).sum() / double(n) : (y - c).pow(2).mean();
+      for (int r = 0; r < shards; ++r)
+        if (s.inf_at.count({s.single > 0 ? r : rank, k}) && (s.single > 0 || r == 0))
+          loss = loss * INFINITY;
+      const bool throws = s.throw_at.count({rank, k}) > 0;
+      double scale = 0;
+      if (local) {
+        local->scale(loss).backward();
+        scale = local->get_scale();
+        std::vector<at::Tensor> g;
+        for (auto& p : net->parameters())
+          g.push_back(p.grad());
+        if (ranks) ranks->average(g);  // a trainer of one's own: it averages the gradients itself
+        local->step(*opt);
+        out << k << " " << scale << " " << *local->found_inf(*opt) << "\n";
+        local->update();
+        continue;
+      }
+      actor->scale(loss).backward();
+      scale = actor->get_scale();
+      auto fn = [&] {
+        if (throws)
+          throw std::runtime_error("an error in rank " + std::to_string(rank) + "'s step");
+        actor->step(*opt);
+      };
+      if (pipe) {
+        pipe->step(*opt, fn);
+      } else {
+        std::vector<at::Tensor> g;
+        for (auto& p : net->parameters())
+          g.push_back(p.grad());
+        if (ranks) ranks->average(g);  // a trainer of one's own: it averages the gradients itself
+        actor->submit(fn);
+      }
+      actor->update();
+      out << k << " " << scale;
+      if (pipe) pipe->sync();
+      out << " " << actor->wait_result(k).skipped() << "\n";
+    }
+    if (pipe) pipe->sync();
+    int i = 0;
+    for (auto& p : (pipe ? pipe->optim_parameters() : net->parameters())) {
+      out << "param " << i++;
+      const at::Tensor t = p.detach().contiguous();
+      for (std::int64_t j = 0; j < t.numel(); ++j) {
+        char hex[32];
+        std::snprintf(hex, sizeof hex, " %a", double(t.data_ptr<float>()[j]));
+        out << hex;
+      }
+      out << "\n";
+    }
+    out << "done\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "ampactor-dist-worker rank " << rank << ": " << e.what() << std::endl;
+    return 1;
+  }
+}
