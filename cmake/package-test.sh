@@ -23,6 +23,15 @@ tail -1 "$work/ckpt-1.log"
 "$work/find/checkpoint_resume" --steps 80 --every 20 --dir "$work/ckpt" >"$work/ckpt-2.log"
 grep "at step 60" "$work/ckpt-2.log"
 
+# Two ranks of the data-parallel example through the installed launcher: the same parameters.
+if [ -x "$work/find/data_parallel" ]; then
+  "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/data_parallel" \
+    >"$work/dp.log"
+  cat "$work/dp.log"
+  [ "$(grep -c '1 step(s) skipped' "$work/dp.log")" -eq 2 ]
+  [ "$(sed 's/.*parameter sum //' "$work/dp.log" | sort -u | wc -l)" -eq 1 ]
+fi
+
 echo "== the link line without CMake (README)"
 PREFIX="$work/prefix"
 g++ -std=c++17 -O1 "$src/examples/async_steps.cpp" -o "$work/async_steps-bare" \

@@ -5,6 +5,8 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
+#include <ATen/ops/max.h>
+#include <ATen/ops/zeros.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -102,9 +104,18 @@ class C10dRanks final : public RankGroup {
       values[i] = t.data_ptr<float>()[i];
   }
 
-  void average(std::vector<at::Tensor>& tensors) override {
+  void average(std::vector<at::Tensor>& tensors, float* max_values, int n) override {
     refuse_after_failure();
     if (size_ == 1) return;
+    // The maxima travel in the same round as a SUM: rank r's values in its own slots, zeros in
+    // the others' (x + 0 is x exactly), the largest slot taken after.
+    at::Tensor slots;
+    if (n > 0) {
+      slots = at::zeros({n, size_}, at::kFloat);
+      for (int i = 0; i < n; ++i)
+        slots[i][rank_] = max_values[i];
+      if (cuda_) slots = slots.to(at::kCUDA);
+    }
     // Buckets of one dtype and device, each flattened into one buffer, all in flight at once.
     struct Bucket {
       std::vector<std::size_t> members;
@@ -130,7 +141,12 @@ class C10dRanks final : public RankGroup {
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = options_.timeout();
+    c10::intrusive_ptr<c10d::Work> slots_work;
     run("the gradient average", [&] {
+      if (slots.defined()) {
+        std::vector<at::Tensor> list{slots};
+        slots_work = pg_->allreduce(list, o);
+      }
       for (Bucket& k : buckets) {
         std::vector<at::Tensor> parts;
         for (std::size_t i : k.members)
@@ -141,7 +157,13 @@ class C10dRanks final : public RankGroup {
       }
       for (Bucket& k : buckets)
         k.work->wait(options_.timeout());
+      if (slots_work) slots_work->wait(options_.timeout());
     });
+    if (slots.defined()) {
+      const at::Tensor m = std::get<0>(slots.cpu().max(1));
+      for (int i = 0; i < n; ++i)
+        max_values[i] = m[i].item<float>();
+    }
     for (Bucket& k : buckets) {
       k.flat.div_(double(size_));
       std::int64_t at = 0;

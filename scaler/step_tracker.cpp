@@ -267,20 +267,25 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
   if (!adopted.empty()) unscale_measured(adopted, inv_scale, f, absmax);
   for (std::size_t i = 0; i < masters.size(); ++i)
     masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
-  if (ranks_) {
-    // Data parallel: the ranks' mean gradient, in fp32 (the masters' grads): an fp16 sum of the
-    // ranks' scaled gradients could overflow where none of them did. An inf or NaN of one rank
-    // spreads to all, and the agreement below makes every rank skip.
-    std::vector<at::Tensor> moved;
-    for (const at::Tensor& g : dest)
-      if (g.defined()) moved.push_back(g);
-    ranks_->average(moved);
-  }
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = {{f.device(), f}};
   rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
-  agree(rec);
+  if (!ranks_) {
+    agree(rec);
+    return rec.any_found_inf();
+  }
+  // Data parallel: the ranks' mean gradient, in fp32 (the masters' grads): an fp16 sum of the
+  // ranks' scaled gradients could overflow where none of them did. found_inf and the size are
+  // agreed in the same round, from this rank's own check before the average (after it, one
+  // rank's inf or NaN is every rank's).
+  std::vector<at::Tensor> moved;
+  for (const at::Tensor& g : dest)
+    if (g.defined()) moved.push_back(g);
+  float v[2];
+  const GradSize size = local_values(rec, v);
+  ranks_->average(moved, v, 2);
+  apply_agreed(rec, v, size);
   return rec.any_found_inf();
 }
 
@@ -341,18 +346,29 @@ std::optional<bool> StepTracker::local_found_inf(const torch::optim::Optimizer& 
 StepTracker::StepTracker(bool allow_fp16_grads, std::shared_ptr<RankGroup> ranks)
     : allow_fp16_grads_(allow_fp16_grads), ranks_(std::move(ranks)) {}
 
-void StepTracker::agree(OptimizerRecord& rec) const {
+GradSize StepTracker::local_values(OptimizerRecord& rec, float* v) const {
   rec.local_found_inf = rec.any_found_inf();
-  if (!ranks_) return;
-  // One collective per unscale on every rank, even one without gradients, so that the ranks'
-  // calls stay paired.
   const GradSize size = rec.grad_size();
-  float v[2] = {rec.local_found_inf ? 1.0f : 0.0f, float(size.max)};
-  ranks_->all_max(v, 2);
+  v[0] = rec.local_found_inf ? 1.0f : 0.0f;
+  v[1] = float(size.max);
+  return size;
+}
+
+void StepTracker::apply_agreed(OptimizerRecord& rec, const float* v, const GradSize& size) const {
   for (auto& [device, t] : rec.found_inf_per_device)
     t.fill_(v[0]);
   rec.agreed = true;
   rec.agreed_size = {double(v[1]), size.dtype_max};
+}
+
+void StepTracker::agree(OptimizerRecord& rec) const {
+  float v[2];
+  const GradSize size = local_values(rec, v);
+  if (!ranks_) return;
+  // One collective per unscale on every rank, even one without gradients, so that the ranks'
+  // calls stay paired.
+  ranks_->all_max(v, 2);
+  apply_agreed(rec, v, size);
 }
 
 GradSize StepTracker::grad_size(const torch::optim::Optimizer& opt) const {

@@ -209,7 +209,10 @@ int main(int argc, char** argv) {
     out << "done\n";
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << "ampactor-dist-worker rank " << rank << ": " << e.what() << std::endl;
+    // One write, so that the ranks' lines in a shared log never interleave.
+    const std::string line =
+        "ampactor-dist-worker rank " + std::to_string(rank) + ": " + e.what() + "\n";
+    std::fputs(line.c_str(), stderr);
     return 1;
   }
 }

@@ -266,3 +266,31 @@ TEST_CASE("a rank whose store cannot be reached fails with the store's error") {
                     std::string::npos,
                 log);
 }
+
+TEST_CASE("ampactor-launch: torchrun's variables, the failing ranks named, bad options refused") {
+  const fs::path dir = fresh("launch");
+  auto run = [&](std::vector<std::string> argv) {
+    Child c(argv, (dir / "out.txt").string());
+    const int code = c.wait(std::chrono::seconds(30));
+    return std::make_pair(code, slurp(dir / "out.txt"));
+  };
+  auto [code, out] = run({AMPACTOR_LAUNCH, "--nproc", "2", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "10.0.0.1", "--master-port", "29999", "--", "sh", "-c",
+                          "echo vars $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
+                          "$MASTER_PORT"});
+  CHECK(code == 0);
+  CHECK(out.find("vars 2 4 0 2 10.0.0.1 29999") != std::string::npos);
+  CHECK(out.find("vars 3 4 1 2 10.0.0.1 29999") != std::string::npos);
+  std::tie(code, out) = run({AMPACTOR_LAUNCH, "--nproc", "3", "--", "sh", "-c", "exit $RANK"});
+  CHECK(code != 0);
+  CHECK(out.find("ampactor-launch: rank 1 exited with code 1") != std::string::npos);
+  CHECK(out.find("ampactor-launch: rank 2 exited with code 2") != std::string::npos);
+  CHECK(out.find("rank 0 exited") == std::string::npos);
+  std::tie(code, out) =
+      run({AMPACTOR_LAUNCH, "--nproc", "1", "--nnodes", "2", "--node-rank", "2", "--", "true"});
+  CHECK(code == 2);
+  CHECK(out.find("--node-rank 2 must be below --nnodes 2") != std::string::npos);
+  std::tie(code, out) = run({AMPACTOR_LAUNCH, "--nproc", "2", "--", "/nonexistent/program"});
+  CHECK(code == 2);
+  CHECK(out.find("cannot start /nonexistent/program") != std::string::npos);
+}

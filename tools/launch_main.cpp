@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -41,6 +42,12 @@ int free_port() {
     throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(errno));
   ::close(fd);
   return ntohs(a.sin_port);
+}
+
+/// One line on stderr in one write, so that it never interleaves with the ranks' own lines.
+void say(const std::string& what) {
+  const std::string line = "ampactor-launch: " + what + "\n";
+  std::fputs(line.c_str(), stderr);
 }
 
 pid_t spawn(const std::vector<std::string>& cmd, const std::map<std::string, std::string>& set) {
@@ -116,11 +123,9 @@ int main(int argc, char** argv) {
         running.erase(pid);
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (code != 0) {
-          if (WIFEXITED(status))
-            std::cerr << "ampactor-launch: rank " << rank << " exited with code " << code << "\n";
-          else
-            std::cerr << "ampactor-launch: rank " << rank << " was killed by signal "
-                      << WTERMSIG(status) << "\n";
+          say("rank " + std::to_string(rank) +
+              (WIFEXITED(status) ? " exited with code " + std::to_string(code)
+                                 : " was killed by signal " + std::to_string(WTERMSIG(status))));
           if (result == 0) {
             result = code;
             deadline = std::chrono::steady_clock::now() +
@@ -132,8 +137,8 @@ int main(int argc, char** argv) {
       const bool expired = result != 0 && std::chrono::steady_clock::now() > deadline;
       if ((g_signal || expired) && !killed) {
         for (const auto& [p, rank] : running) {
-          std::cerr << "ampactor-launch: stopping rank " << rank
-                    << (g_signal ? " (interrupted)\n" : " (still running after the grace)\n");
+          say("stopping rank " + std::to_string(rank) +
+              (g_signal ? " (interrupted)" : " (still running after the grace)"));
           ::kill(p, g_signal ? g_signal : SIGKILL);
         }
         killed = true;

@@ -21,8 +21,11 @@ class RankGroup {
   /// timeout.
   virtual void all_max(float* values, int n) = 0;
   /// Each tensor becomes the mean of that tensor over the ranks, in its own dtype (the pipeline
-  /// hands fp32 master gradients). Same calling rule and errors as all_max.
-  virtual void average(std::vector<at::Tensor>& tensors) = 0;
+  /// hands fp32 master gradients), and max_values[0..n) become their maximum over the ranks as
+  /// all_max's do, in the same round of collectives (the pipeline agrees found_inf there). Same
+  /// calling rule and errors as all_max.
+  virtual void average(std::vector<at::Tensor>& tensors, float* max_values = nullptr,
+                       int n = 0) = 0;
   /// Tells the other ranks that this one failed and why, so that their errors name it and its
   /// reason. Never throws.
   virtual void fail(const std::string& why) noexcept = 0;

@@ -130,6 +130,10 @@ class StepTracker {
   Unscaled check_grads(torch::optim::Optimizer& opt) const;
   /// Records the local found_inf and, with ranks, agrees found_inf and the size across them.
   void agree(OptimizerRecord& rec) const;
+  /// rec's own found_inf (recorded as local) and size, as the two values the ranks agree on.
+  GradSize local_values(OptimizerRecord& rec, float* v) const;
+  /// Installs the agreed values in rec.
+  void apply_agreed(OptimizerRecord& rec, const float* v, const GradSize& size) const;
 
   bool allow_fp16_grads_;
   std::shared_ptr<RankGroup> ranks_;
