@@ -3,10 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "charlm.h"
+
+namespace ampactor {
+class RankGroup;
+}
 
 namespace demo {
 
@@ -41,6 +46,10 @@ struct Settings {
   std::string optimizer = "fused";  // the asynchronous runs' Adam: fused or torch
   int behind_ms = 80;  // fp16-async-lagged-behind: each optimizer job starts this much later
   std::vector<std::string> modes = kModes;
+  int nproc = 0;  // > 1: the runs again over this many data-parallel ranks
+  // In a rank of such a run: its group, its index and the rank count.
+  std::shared_ptr<ampactor::RankGroup> ranks;
+  int rank = 0, world = 1;
 
   bool in_spike(int k) const {
     return spike_length > 0 && k >= spike_at && k < spike_at + spike_length;
@@ -72,6 +81,14 @@ void report(const Settings& s, const std::vector<Summary>& runs);
 
 /// out/demo.png through gnuplot (and out/demo.gp, kept to plot by hand).
 void plot(const Settings& s, const std::vector<Summary>& runs);
+
+/// --nproc (dp.cpp): whether this process is a rank (ampactor-launch set RANK); make it one (its
+/// group, and its outputs under out/dp/rank<R>); start the ranks; compare them with the
+/// single-process runs (a table, out/dp/<mode>.csv, out/dp.png). The ranks must skip alike.
+bool is_rank();
+void become_rank(Settings& s);
+int launch_ranks(const Settings& s, int argc, char** argv);
+void compare_data_parallel(const Settings& s, const std::vector<Summary>& single);
 
 /// Sets flush-to-zero on this thread and its OpenMP team (see run.cpp).
 void flush_denormals();

@@ -69,6 +69,13 @@ int main(int argc, char** argv) {
                  "cpu: fp16 emulated by rounding through Half; cuda: real fp16 on the GPU "
                  "(a LibTorch built with CUDA)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+#ifdef AMPACTOR_DEMO_DIST  // the build has ampactor::dist
+  app.add_option("--nproc", s.nproc,
+                 "then the same runs over N data-parallel ranks on this machine (ampactor-launch, "
+                 "c10d's gloo), beside the single-process ones (default modes: fp16-sync, "
+                 "fp16-async)")
+      ->check(CLI::Range(2, 64));
+#endif
   app.add_option("--mode", s.modes, "runs, comma-separated")
       ->delimiter(',')
       ->check(CLI::IsMember(kModes));
@@ -87,16 +94,38 @@ int main(int argc, char** argv) {
       std::cerr << "--overflow-at: iteration " << k << " is outside 0.." << s.steps - 1 << "\n";
       return 2;
     }
+  if (s.nproc > 1) {
+    if (app.count("--mode") == 0) s.modes = {"fp16-sync", "fp16-async"};
+    for (const auto& m : s.modes)
+      if (!demo::scaled(m)) {
+        std::cerr << "--nproc: mode " << m
+                  << " has no scaler, so nothing averages its ranks' gradients\n";
+        return 2;
+      }
+  }
   if (s.device == "cuda" && !torch::cuda::is_available()) {
     std::cerr << "--device cuda: this LibTorch has no CUDA, or no GPU is visible (Debian's "
                  "LibTorch is CPU-only: build against a CUDA LibTorch, see the README)\n";
     return 2;
   }
   try {
+    const bool rank = s.nproc > 1 && demo::is_rank();
+    if (rank) demo::become_rank(s);
     std::filesystem::create_directories(s.out);
     demo::flush_denormals();
-    at::set_num_threads(s.threads > 0 ? s.threads
-                                      : int(std::max(1u, std::thread::hardware_concurrency())));
+    const int threads =
+        s.threads > 0 ? s.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(rank ? std::max(1, threads / s.nproc) : threads);
+    if (rank) {  // one rank of --nproc: the runs, no report (the launching process makes it)
+      demo::Corpus corpus(s.text_dir);
+      demo::ModelShape shape;
+      shape.vocab = corpus.vocab();
+      for (const auto& mode : s.modes) {
+        if (s.rank == 0) std::cout << "run " << mode << " (rank 0 of " << s.world << ")\n";
+        demo::run(mode, corpus, shape, s);
+      }
+      return 0;
+    }
     demo::Corpus corpus(s.text_dir);
     demo::ModelShape shape;
     shape.vocab = corpus.vocab();
@@ -116,6 +145,13 @@ int main(int argc, char** argv) {
     }
     demo::report(s, runs);
     demo::plot(s, runs);
+    if (s.nproc > 1) {
+      if (demo::launch_ranks(s, argc, argv) != 0) {
+        std::cerr << "ampactor-demo: the data-parallel ranks failed (above)\n";
+        return 1;
+      }
+      demo::compare_data_parallel(s, runs);
+    }
   } catch (const std::exception& e) {
     std::cerr << "ampactor-demo: " << e.what() << "\n";
     return 1;

@@ -122,7 +122,8 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
                       .init_scale(65536)
                       .growth_interval(s.growth_interval)
                       .enabled(scaled(mode))
-                      .allow_fp16_grads(true);
+                      .allow_fp16_grads(true)
+                      .ranks(s.ranks);
   const auto policy = lagged ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
   // RoundPipe's rule, emulated: iteration k+1 scales with N as it was after update k-1, and every
   // overflow backs N off (reference/roundpipe.md); ampactor applies it through update(new_scale).
@@ -171,6 +172,10 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
     const bool spike = s.in_spike(k);
     const std::int64_t factor = spike ? s.spike_factor : 1;
     auto [xc, yc] = corpus.batch(rng, s.batch * factor, shape.context, false);
+    if (s.world > 1) {  // data parallel: every rank draws the batch, each trains on its shard
+      xc = xc.chunk(s.world)[s.rank];
+      yc = yc.chunk(s.world)[s.rank];
+    }
     const at::Tensor x = xc.to(device), y = yc.to(device);
     model.zero_grad();
     at::Tensor loss = model.loss(x, y);
@@ -222,7 +227,7 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
     if (probe_now) probes.push_back(probe);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - it0).count();
     rows.push_back({k, loss_v, scale, false, ms});
-    if ((k + 1) % report == 0 || k + 1 == s.steps)
+    if (s.rank == 0 && ((k + 1) % report == 0 || k + 1 == s.steps))
       std::cout << "  [" << mode << "] " << std::setw(4) << k + 1 << "/" << s.steps << "  loss "
                 << std::fixed << std::setprecision(3) << loss_v << "  scale " << std::defaultfloat
                 << scale << std::endl;

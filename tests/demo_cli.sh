@@ -42,4 +42,17 @@ for m in fp16-sync fp16-async fp16-async-lagged fp16-async-lagged-behind fp16-ro
   [ -s "$out/t.$m.jsonl" ] || fail "no trace for $m"
 done
 [ -s "$out/summary.csv" ] || fail "no summary.csv"
+
+# Data parallel, where the build has ampactor::dist: 2 ranks skip what one process skips.
+if "$demo" --help | grep -q -- "--nproc"; then
+  refused "has no scaler" --nproc 2 --mode fp32,fp16-sync
+  refused "--nproc" --nproc 1
+  rm -rf "$out.dp"
+  "$demo" --nproc 2 --steps 8 --batch 256 --probe-every 0 --overflow-at 3 --spike-length 0 \
+    --out "$out.dp" >"$out.dp.log" 2>&1 || { cat "$out.dp.log"; fail "--nproc 2 failed"; }
+  for m in fp16-sync fp16-async; do
+    grep -q "^$m .* 1 *1  yes$" "$out.dp.log" || { cat "$out.dp.log"; fail "$m: not 1 skip in both runs, alike on every rank"; }
+    [ "$(wc -l <"$out.dp/dp/rank1/$m.csv")" -eq 9 ] || fail "rank 1's $m.csv should have 8 rows"
+  done
+fi
 echo "demo CLI: ok"
