@@ -98,10 +98,32 @@ nlohmann::json agreement(const dist::World& w, int iters) {
     without.push_back(loop_ms(false, 110));
     with.push_back(loop_ms(true, 110));
   }
+  // In the pipeline the agreement rides in the gradient average's round: the average of 1 MiB
+  // of fp32 gradients with the 2 agreed values and without them, alternately.
+  std::vector<at::Tensor> grads{at::randn({1 << 18})};
+  std::vector<double> plain_us, riding_us;
+  for (int i = 0; i < iters / 4 + 20; ++i) {
+    // Each order in turn, so that neither form always runs second.
+    float vals[2] = {0, 0};
+    double p = 0, r = 0;
+    for (int half = 0; half < 2; ++half) {
+      const bool riding = (half == 0) == (i % 2 == 1);
+      const auto t0 = Clock::now();
+      if (riding)
+        w.ranks->average(grads, vals, 2), r = bench::us_since(t0);
+      else
+        w.ranks->average(grads), p = bench::us_since(t0);
+    }
+    if (i >= 20) plain_us.push_back(p), riding_us.push_back(r);
+  }
   return {{"all_max_us_median", bench::median_of(us)},
           {"all_max_us_p99", pct(us, 0.99)},
           {"loop_ms_without_ranks", bench::median_of(without)},
-          {"loop_ms_with_ranks", bench::median_of(with)}};
+          {"loop_ms_with_ranks", bench::median_of(with)},
+          {"average_1mib_us_median", bench::median_of(plain_us)},
+          {"average_1mib_with_agreement_us_median", bench::median_of(riding_us)},
+          {"average_1mib_with_agreement_us_p99", pct(riding_us, 0.99)},
+          {"average_1mib_us_p99", pct(plain_us, 0.99)}};
 }
 
 nlohmann::json pipeline(const dist::World& w, int staleness, std::int64_t width, int steps) {
@@ -230,7 +252,12 @@ int main(int argc, char** argv) {
                 << a["all_max_us_median"].get<double>() << " us median, "
                 << a["all_max_us_p99"].get<double>() << " us p99; GradScaler iteration "
                 << std::setprecision(3) << a["loop_ms_without_ranks"].get<double>() << " ms alone, "
-                << a["loop_ms_with_ranks"].get<double>() << " ms with ranks\n";
+                << a["loop_ms_with_ranks"].get<double>() << " ms with ranks\n"
+                << std::setprecision(1) << "  in the pipeline, riding in the gradient average "
+                << "(1 MiB): " << a["average_1mib_us_median"].get<double>() << " us without, "
+                << a["average_1mib_with_agreement_us_median"].get<double>()
+                << " us with the agreement (medians)\n"
+                << std::setprecision(3);
       for (const auto& p : j["pipeline"])
         std::cout << "  pipeline, staleness " << p["staleness"].get<int>() << " ("
                   << p["params"].get<std::int64_t>() << " params): iteration "

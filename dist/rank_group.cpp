@@ -5,9 +5,8 @@
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
-#include <ATen/ops/max.h>
-#include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -111,9 +110,10 @@ class C10dRanks final : public RankGroup {
     // the others' (x + 0 is x exactly), the largest slot taken after.
     at::Tensor slots;
     if (n > 0) {
-      slots = at::zeros({n, size_}, at::kFloat);
+      std::vector<float> host(std::size_t(n) * std::size_t(size_), 0.0f);
       for (int i = 0; i < n; ++i)
-        slots[i][rank_] = max_values[i];
+        host[std::size_t(i) * std::size_t(size_) + std::size_t(rank_)] = max_values[i];
+      slots = at::from_blob(host.data(), {std::int64_t(host.size())}, at::kFloat).clone();
       if (cuda_) slots = slots.to(at::kCUDA);
     }
     // Buckets of one dtype and device, each flattened into one buffer, all in flight at once.
@@ -141,9 +141,16 @@ class C10dRanks final : public RankGroup {
     c10d::AllreduceOptions o;
     o.reduceOp = c10d::ReduceOp::SUM;
     o.timeout = options_.timeout();
+    // The slots ride at the end of the first fp32 bucket on their device: no round of their own
+    // (a separate all-reduce, even in flight beside the buckets, costs about a round trip more).
+    Bucket* carrier = nullptr;
+    for (Bucket& k : buckets)
+      if (!carrier && slots.defined() && tensors[k.members[0]].scalar_type() == at::kFloat &&
+          tensors[k.members[0]].device() == slots.device())
+        carrier = &k;
     c10::intrusive_ptr<c10d::Work> slots_work;
     run("the gradient average", [&] {
-      if (slots.defined()) {
+      if (slots.defined() && !carrier) {
         std::vector<at::Tensor> list{slots};
         slots_work = pg_->allreduce(list, o);
       }
@@ -151,6 +158,7 @@ class C10dRanks final : public RankGroup {
         std::vector<at::Tensor> parts;
         for (std::size_t i : k.members)
           parts.push_back(tensors[i].reshape({-1}));
+        if (&k == carrier) parts.push_back(slots.reshape({-1}));
         k.flat = at::cat(parts);
         std::vector<at::Tensor> list{k.flat};
         k.work = pg_->allreduce(list, o);
@@ -160,9 +168,16 @@ class C10dRanks final : public RankGroup {
       if (slots_work) slots_work->wait(options_.timeout());
     });
     if (slots.defined()) {
-      const at::Tensor m = std::get<0>(slots.cpu().max(1));
-      for (int i = 0; i < n; ++i)
-        max_values[i] = m[i].item<float>();
+      at::Tensor summed =
+          carrier ? carrier->flat.slice(0, carrier->flat.numel() - slots.numel()) : slots;
+      summed = summed.cpu().contiguous();
+      const float* p = summed.data_ptr<float>();
+      for (int i = 0; i < n; ++i) {
+        float m = p[std::size_t(i) * std::size_t(size_)];
+        for (int r = 1; r < size_; ++r)
+          m = std::max(m, p[std::size_t(i) * std::size_t(size_) + std::size_t(r)]);
+        max_values[i] = m;
+      }
     }
     for (Bucket& k : buckets) {
       k.flat.div_(double(size_));
