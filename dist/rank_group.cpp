@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <sstream>
@@ -78,6 +79,7 @@ class C10dRanks final : public RankGroup {
     heart_ = std::thread([this] { beat(); });
   }
   ~C10dRanks() override {
+    linger();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
@@ -264,7 +266,8 @@ class C10dRanks final : public RankGroup {
       std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
       for (int r = 0; r < size_; ++r)
         before[std::size_t(r)] = store_->add(key("heartbeat", r), 0);
-      std::this_thread::sleep_for(options_.heartbeat() * 4 + std::chrono::milliseconds(50));
+      // Ten periods: a live rank's heartbeat thread ticks within them even on a loaded machine.
+      std::this_thread::sleep_for(options_.heartbeat() * 10);
       std::string gone;
       for (int r = 0; r < size_; ++r)
         if (r != rank_ && store_->add(key("heartbeat", r), 0) == before[std::size_t(r)] &&
@@ -277,6 +280,35 @@ class C10dRanks final : public RankGroup {
     } catch (const std::exception& e) {
       return "the store cannot be reached (" + std::string(e.what()) +
              "): rank 0, which hosts it, is gone or unreachable" + said;
+    }
+  }
+
+  /// Rank 0 hosts the TCPStore, and the others read why a rank failed from it: it leaves last,
+  /// once every other rank has left or stopped beating (at most the timeout), so that a rank
+  /// still diagnosing a failure never finds the store gone instead of the reason.
+  void linger() noexcept {
+    using clock = std::chrono::steady_clock;
+    try {
+      store_->set(key("left", rank_), bytes_of("1"));
+      if (rank_ != 0) return;
+      const auto start = clock::now();
+      std::vector<std::int64_t> beats(static_cast<std::size_t>(size_), -1);
+      std::vector<clock::time_point> changed(static_cast<std::size_t>(size_), start);
+      while (clock::now() - start < options_.timeout()) {
+        bool waiting = false;
+        for (int r = 1; r < size_; ++r) {
+          if (store_->check({key("left", r)})) continue;
+          const std::int64_t b = store_->add(key("heartbeat", r), 0);
+          if (b != beats[std::size_t(r)])
+            beats[std::size_t(r)] = b, changed[std::size_t(r)] = clock::now();
+          // Gone once silent for ten periods (as in diagnose()).
+          if (clock::now() - changed[std::size_t(r)] < options_.heartbeat() * 10) waiting = true;
+        }
+        if (!waiting) return;
+        std::this_thread::sleep_for(options_.heartbeat());
+      }
+    } catch (...) {
+      // The store fails: nobody can read from it any more.
     }
   }
 

@@ -100,67 +100,73 @@ std::string joined(const std::vector<std::string>& v) {
   return s;
 }
 
-}  // namespace
+/// The line rank `rank` of the worker wrote to stderr (its error), or "" if it wrote none.
+std::string said_by(const std::string& log, int rank) {
+  const std::string said = "ampactor-dist-worker rank " + std::to_string(rank) + ": ";
+  const auto at = log.find(said);
+  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
+}
 
-TEST_CASE("2 and 4 ranks: the same scale and skips and bit-identical parameters on every rank") {
+/// f(n, path's arguments) for 2 and 4 ranks on every path.
+template <class F>
+void for_each_setup(F&& f) {
   for (int n : {2, 4})
     for (const auto& path : kPaths) {
       CAPTURE(n);
       CAPTURE(joined(path));
-      auto args = path;
-      args.insert(args.end(), {"--model", "mlp", "--steps", "16", "--inf-at", "1:6"});
-      const Run r = launch("same", n, args);
-      REQUIRE_MESSAGE(r.code == 0, r.log);
-      REQUIRE(r.ranks[0].find("done") != std::string::npos);
-      for (int i = 1; i < n; ++i)
-        CHECK(r.ranks[std::size_t(i)] == r.ranks[0]);
+      f(n, path);
     }
 }
 
+}  // namespace
+
+TEST_CASE("2 and 4 ranks: the same scale and skips and bit-identical parameters on every rank") {
+  for_each_setup([](int n, std::vector<std::string> args) {
+    args.insert(args.end(), {"--model", "mlp", "--steps", "16", "--inf-at", "1:6"});
+    const Run r = launch("same", n, args);
+    REQUIRE_MESSAGE(r.code == 0, r.log);
+    REQUIRE(r.ranks[0].find("done") != std::string::npos);
+    for (int i = 1; i < n; ++i)
+      CHECK(r.ranks[std::size_t(i)] == r.ranks[0]);
+  });
+}
+
 TEST_CASE("an inf on one rank only makes every rank skip and back off exactly once") {
-  for (int n : {2, 4})
-    for (const auto& path : kPaths) {
-      CAPTURE(n);
-      CAPTURE(joined(path));
-      auto args = path;
-      // growth interval 100: no growth in 12 steps, so a scale change is the backoff.
-      args.insert(args.end(), {"--steps", "12", "--growth-interval", "100", "--inf-at",
-                               std::to_string(n - 1) + ":5"});
-      const Run r = launch("one-inf", n, args);
-      REQUIRE_MESSAGE(r.code == 0, r.log);
-      for (int i = 0; i < n; ++i) {
-        CAPTURE(i);
-        const auto t = trajectory(r.ranks[std::size_t(i)]);
-        REQUIRE(t.size() == 12);
-        int skips = 0, backoffs = 0;
-        for (std::size_t k = 0; k < t.size(); ++k) {
-          skips += t[k].second;
-          if (k > 0 && t[k].first < t[k - 1].first) ++backoffs;
-        }
-        CHECK(t[5].second == 1);
-        CHECK(skips == 1);
-        CHECK(backoffs == 1);
-        CHECK(t[6].first == t[5].first / 2);
+  for_each_setup([](int n, std::vector<std::string> args) {
+    // growth interval 100: no growth in 12 steps, so a scale change is the backoff.
+    args.insert(args.end(), {"--steps", "12", "--growth-interval", "100", "--inf-at",
+                             std::to_string(n - 1) + ":5"});
+    const Run r = launch("one-inf", n, args);
+    REQUIRE_MESSAGE(r.code == 0, r.log);
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const auto t = trajectory(r.ranks[std::size_t(i)]);
+      REQUIRE(t.size() == 12);
+      int skips = 0, backoffs = 0;
+      for (std::size_t k = 0; k < t.size(); ++k) {
+        skips += t[k].second;
+        if (k > 0 && t[k].first < t[k - 1].first) ++backoffs;
       }
+      CHECK(t[5].second == 1);
+      CHECK(skips == 1);
+      CHECK(backoffs == 1);
+      CHECK(t[6].first == t[5].first / 2);
     }
+  });
 }
 
 TEST_CASE("data parallel equals one process over the concatenated batch, bit for bit (SGD)") {
   // The exact model: every gradient and every mean of them is exact in fp32 (dist_worker.cpp),
   // so the ranks' average and the concatenated batch's mean are the same floats.
-  for (int n : {2, 4})
-    for (const auto& path : kPaths) {
-      CAPTURE(n);
-      CAPTURE(joined(path));
-      auto args = path;
-      args.insert(args.end(), {"--model", "exact", "--steps", "24", "--inf-at", "0:9"});
-      const Run dp = launch("dp", n, args);
-      const Run one = launch("single", 0, args, n);
-      REQUIRE_MESSAGE(dp.code == 0, dp.log);
-      REQUIRE_MESSAGE(one.code == 0, one.log);
-      CHECK(trajectory(dp.ranks[0]).size() == 24);
-      CHECK(dp.ranks[0] == one.ranks[0]);
-    }
+  for_each_setup([](int n, std::vector<std::string> args) {
+    args.insert(args.end(), {"--model", "exact", "--steps", "24", "--inf-at", "0:9"});
+    const Run dp = launch("dp", n, args);
+    const Run one = launch("single", 0, args, n);
+    REQUIRE_MESSAGE(dp.code == 0, dp.log);
+    REQUIRE_MESSAGE(one.code == 0, one.log);
+    CHECK(trajectory(dp.ranks[0]).size() == 24);
+    CHECK(dp.ranks[0] == one.ranks[0]);
+  });
 }
 
 TEST_CASE("each rank's trace records its local and the agreed found_inf and replays identically") {
@@ -192,10 +198,8 @@ TEST_CASE("a rank killed with SIGKILL makes every other rank fail naming it, wit
   CHECK(r.code != 0);
   for (int rank : {0, 1, 3}) {
     CAPTURE(rank);
-    const std::string said = "ampactor-dist-worker rank " + std::to_string(rank) + ": ";
-    const auto at = r.log.find(said);
-    REQUIRE_MESSAGE(at != std::string::npos, r.log);
-    const std::string line = r.log.substr(at, r.log.find('\n', at) - at);
+    const std::string line = said_by(r.log, rank);
+    REQUIRE_MESSAGE(!line.empty(), r.log);
     CHECK_MESSAGE(line.find("failed: rank 2 is gone (heartbeat stopped)") != std::string::npos,
                   line);
   }
@@ -211,10 +215,8 @@ TEST_CASE("a rank whose step job throws makes every other rank fail naming it an
     CHECK(r.code != 0);
     for (int rank : {0, 2}) {
       CAPTURE(rank);
-      const std::string said = "ampactor-dist-worker rank " + std::to_string(rank) + ": ";
-      const auto at = r.log.find(said);
-      REQUIRE_MESSAGE(at != std::string::npos, r.log);
-      const std::string line = r.log.substr(at, r.log.find('\n', at) - at);
+      const std::string line = said_by(r.log, rank);
+      REQUIRE_MESSAGE(!line.empty(), r.log);
       CHECK_MESSAGE(line.find("rank 1 failed: its step job in iteration 3 threw: an error in rank "
                               "1's step") != std::string::npos,
                     line);
@@ -237,10 +239,8 @@ TEST_CASE("ranks started with different scaler options are refused at start, on 
     const Run r = launch("options", 2, args);
     CHECK(r.code != 0);
     for (int rank : {0, 1}) {
-      const std::string said = "ampactor-dist-worker rank " + std::to_string(rank) + ": ";
-      const auto at = r.log.find(said);
-      REQUIRE_MESSAGE(at != std::string::npos, r.log);
-      const std::string line = r.log.substr(at, r.log.find('\n', at) - at);
+      const std::string line = said_by(r.log, rank);
+      REQUIRE_MESSAGE(!line.empty(), r.log);
       CHECK_MESSAGE(line.find(c.says) != std::string::npos, line);
       CHECK(r.ranks[std::size_t(rank)].empty());  // refused before the first iteration
     }

@@ -55,7 +55,9 @@ Launch launch_from_env();
 /// A RankGroup over a c10d process group and the store its ranks share. The collectives run on
 /// `pg` (CPU tensors, or CUDA ones for a process group named "nccl"); the store holds each
 /// rank's heartbeat, the reason a rank failed, and the texts require_same compares. Starts the
-/// heartbeat thread, which stops with the group.
+/// heartbeat thread, which stops with the group. Rank 0's group, which init() gives the store's
+/// host, is destroyed last: it waits until every other rank's group is gone or its heartbeat has
+/// stopped (at most the timeout), so that no rank finds the store gone while it reads a reason.
 std::shared_ptr<RankGroup> over(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                 c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
                                 const DistOptions& options = {});
