@@ -107,11 +107,9 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
 }
 
 AsyncOptimizer::~AsyncOptimizer() {
-  try {
-    scaler_.run_on_optimizer([] {});  // the last fn runs to its end before the masters go
-  } catch (const std::exception& e) {
-    std::cerr << "ampactor: AsyncOptimizer shutdown: " << e.what() << "\n";
-  }
+  // The queued jobs run to their end before the masters go, even after a job's error (which the
+  // scaler reports).
+  scaler_.finish_jobs();
 }
 
 void AsyncOptimizer::copy_to_model() {

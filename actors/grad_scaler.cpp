@@ -4,6 +4,8 @@
 
 #include <caf/send.hpp>
 
+#include <iostream>
+
 namespace ampactor {
 
 GradScaler::GradScaler(const GradScalerOptions& opts, ScalePolicy policy,
@@ -179,6 +181,20 @@ void GradScaler::sync() {
   m.wait_for_optimizer();
   m.ask_keeper<ScaleParams>(*m.self, GetParams{true});
   m.raise_unreported();
+}
+
+void GradScaler::finish_jobs() noexcept {
+  Impl& m = *impl_;
+  if (m.job()) {
+    std::cerr << "ampactor: finish_jobs() inside a step job would wait for itself; ignored\n";
+    return;
+  }
+  try {
+    m.wait_for_optimizer();
+    m.drain();
+  } catch (const std::exception& e) {
+    std::cerr << "ampactor: finish_jobs: " << e.what() << "\n";
+  }
 }
 
 void GradScaler::cancel() {

@@ -88,6 +88,7 @@ double the_pipeline(const std::vector<Batch>& data) {
                      .defer_grad_move(true);  // the last step and a swap
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
   torch::optim::AdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2));
+  ampactor::FinishJobs finish(scaler);  // on any way out, the steps in flight end before opt goes
   for (auto& batch : data) {
     model->zero_grad();
     scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
@@ -107,6 +108,7 @@ double the_fused_pipeline(const std::vector<Batch>& data) {
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
   ampactor::optim::FusedAdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2),
                                   ampactor::optim::FusedOptions().threads(1));
+  ampactor::FinishJobs finish(scaler);
   for (auto& batch : data) {
     scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
     pipe.step(opt, [&] { scaler.step(opt); });  // takes the grads: the next backward makes new
@@ -145,6 +147,7 @@ void the_model_on_the_gpu(const std::vector<Batch>& data) {
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler,
                                 ampactor::AsyncOptimizerOptions().master_device(at::kCPU));
   torch::optim::Adam opt(pipe.optim_parameters(), torch::optim::AdamOptions(1e-3));  // on the CPU
+  ampactor::FinishJobs finish(scaler);
   for (auto& batch : data) {
     model->zero_grad();
     at::Tensor x = batch.x.to(at::kCUDA, at::kHalf), y = batch.y.to(at::kCUDA);

@@ -98,6 +98,7 @@ int main(int argc, char** argv) try {
   else
     opt = std::make_unique<torch::optim::SGD>(pipe.optim_parameters(),
                                               torch::optim::SGDOptions(0.02).momentum(0.9));
+  ampactor::FinishJobs finish(scaler);  // on any way out, the steps in flight end before opt goes
 
   std::int64_t start = 0;
   if (struct stat st; ::stat(path.c_str(), &st) == 0) {

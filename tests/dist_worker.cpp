@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -148,6 +149,9 @@ int main(int argc, char** argv) {
         opt = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
       }
     }
+    // Declared after opt: on the way out, an error's included, the queued jobs finish first.
+    std::optional<ampactor::FinishJobs> finish;
+    if (actor) finish.emplace(*actor);
     std::ofstream out(s.out + "/rank" + std::to_string(rank) + ".txt");
     for (int k = 0; k < s.steps; ++k) {
       if (s.die_at.count({rank, k})) std::raise(SIGKILL);

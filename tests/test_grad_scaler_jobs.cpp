@@ -48,6 +48,43 @@ TEST_CASE("destruction drains queued jobs, cancel() drops those not started") {
   CHECK(ran == 2);
 }
 
+TEST_CASE("FinishJobs: a scope left by an exception waits for the queued jobs to finish") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  std::atomic<int> ran{0};
+  try {
+    std::vector<int> used_by_the_job(1000, 1);  // declared before the guard: it goes after
+    FinishJobs finish(scaler);
+    scaler.scale(at::ones({1}));
+    scaler.submit([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (int v : used_by_the_job)
+        ran += v;
+    });
+    throw std::runtime_error("the trainer fails");
+  } catch (const std::runtime_error&) {
+    CHECK(ran == 1000);  // the job had finished when its data went
+  }
+}
+
+TEST_CASE(
+    "finish_jobs() waits for a failing job too, throws nothing, and update() + sync() still report "
+    "the error") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  std::atomic<int> ran{0};
+  scaler.scale(at::ones({1}));
+  scaler.submit([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ++ran;
+    throw std::runtime_error("job 0 fails");
+  });
+  scaler.finish_jobs();
+  CHECK(ran == 1);  // the job had run to its end when finish_jobs() returned
+  // As after any failed job: once update() has closed the iteration, sync() rethrows its error.
+  scaler.update();
+  CHECK_THROWS_WITH(scaler.sync(), "job 0 fails");
+  CHECK(scaler.get_scale() == 128.0);  // the failed iteration changed nothing
+}
+
 TEST_CASE("state_dict: a consistent snapshot, and a round trip through a fresh scaler") {
   GradScaler a(opts(128, 2, 0.5, 2));
   Net net;

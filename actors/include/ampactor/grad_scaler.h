@@ -139,6 +139,9 @@ class GradScaler {
   void run_on_optimizer(const std::function<void()>& fn);
   /// Waits until every queued job and update has run; rethrows a job's error.
   void sync();
+  /// Waits until every queued job has run and throws nothing: a job's error stays for sync(),
+  /// wait_result() or the destructor to report. For the ways out of a scope (see FinishJobs).
+  void finish_jobs() noexcept;
   /// Drops the queued jobs that have not started; their iterations' updates change nothing.
   /// Returns at once; sync() waits for the running one.
   void cancel();
@@ -166,6 +169,25 @@ class GradScaler {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+/// Declared after what the scaler's jobs use (an optimizer built over
+/// AsyncOptimizer::optim_parameters() is declared after the pipeline, so it goes first): when the
+/// scope ends by any way, an exception's included, waits until the queued jobs have run, so that
+/// none outlives what it uses.
+///
+///   ampactor::AsyncOptimizer pipe(model->parameters(), scaler);
+///   torch::optim::AdamW opt(pipe.optim_parameters());
+///   ampactor::FinishJobs finish(scaler);  // goes before opt, pipe and scaler
+class FinishJobs {
+ public:
+  explicit FinishJobs(GradScaler& scaler) : scaler_(scaler) {}
+  ~FinishJobs() { scaler_.finish_jobs(); }
+  FinishJobs(const FinishJobs&) = delete;
+  FinishJobs& operator=(const FinishJobs&) = delete;
+
+ private:
+  GradScaler& scaler_;
 };
 
 }  // namespace ampactor
