@@ -196,6 +196,9 @@ class C10dRanks final : public RankGroup {
     failed_ = true;
     try {
       store_->set(key("failed", rank_), bytes_of(why));
+      // TCPStore's set does not wait for the store; a check on the same connection is answered
+      // after it, so the reason is in place before this rank stops taking part.
+      store_->check({key("failed", rank_)});
     } catch (...) {
       // The store is gone too: the others will find this rank's heartbeat stopped.
     }
@@ -259,15 +262,21 @@ class C10dRanks final : public RankGroup {
   std::string diagnose(const std::string& error) {
     const std::string said = " (c10d: " + error + ")";
     try {
-      for (int r = 0; r < size_; ++r)
-        if (r != rank_ && store_->check({key("failed", r)}))
-          return "rank " + std::to_string(r) +
-                 " failed: " + string_of(store_->get(key("failed", r))) + said;
+      const auto said_failed = [&]() -> std::string {
+        for (int r = 0; r < size_; ++r)
+          if (r != rank_ && store_->check({key("failed", r)}))
+            return "rank " + std::to_string(r) +
+                   " failed: " + string_of(store_->get(key("failed", r))) + said;
+        return {};
+      };
+      if (auto s = said_failed(); !s.empty()) return s;
       std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
       for (int r = 0; r < size_; ++r)
         before[std::size_t(r)] = store_->add(key("heartbeat", r), 0);
       // Ten periods: a live rank's heartbeat thread ticks within them even on a loaded machine.
       std::this_thread::sleep_for(options_.heartbeat() * 10);
+      // A failing rank may have said so while this one waited.
+      if (auto s = said_failed(); !s.empty()) return s;
       std::string gone;
       for (int r = 0; r < size_; ++r)
         if (r != rank_ && store_->add(key("heartbeat", r), 0) == before[std::size_t(r)] &&

@@ -78,9 +78,13 @@ int main(int argc, char** argv) {
   app.add_option("--init-scale", s.init_scale);
   app.add_option("--growth-interval", s.growth_interval);
   int odd_interval = 0;
-  std::string odd_policy;
+  double odd_init_scale = 0, odd_growth = 0;
+  std::string odd_policy, odd_rule;
   app.add_option("--rank1-growth-interval", odd_interval, "rank 1 starts with another interval");
   app.add_option("--rank1-policy", odd_policy, "rank 1 starts with another policy");
+  app.add_option("--rank1-init-scale", odd_init_scale, "rank 1 starts with another init_scale");
+  app.add_option("--rank1-growth-factor", odd_growth, "rank 1 starts with another growth_factor");
+  app.add_option("--rank1-rule", odd_rule, "rank 1 starts with another rule's preset");
   app.add_option("--inf-at", inf_at, "RANK:ITER: an inf in that rank's gradients");
   app.add_option("--die-at", die_at, "RANK:ITER: that rank SIGKILLs itself there");
   app.add_option("--throw-at", throw_at, "RANK:ITER: that rank's step job throws there");
@@ -119,10 +123,12 @@ int main(int argc, char** argv) {
       net->push_back(torch::nn::Functional([](at::Tensor t) { return at::tanh(t); }));
       net->push_back(torch::nn::Linear(16, 4));
     }
-    const auto so = ampactor::GradScalerOptions()
-                        .init_scale(s.init_scale)
-                        .growth_interval(s.growth_interval)
-                        .ranks(ranks);
+    if (rank == 1 && odd_init_scale > 0) s.init_scale = odd_init_scale;
+    auto so = ampactor::GradScalerOptions();
+    if (rank == 1 && !odd_rule.empty())
+      so = ampactor::GradScalerOptions::preset(ampactor::rule_from_name(odd_rule).value());
+    so.init_scale(s.init_scale).growth_interval(s.growth_interval).ranks(ranks);
+    if (rank == 1 && odd_growth > 0) so.growth_factor(odd_growth);
     const auto policy =
         s.policy == "lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
     const std::string trace =

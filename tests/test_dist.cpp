@@ -232,7 +232,10 @@ TEST_CASE("ranks started with different scaler options are refused at start, on 
   for (const Case& c :
        {Case{{"--rank1-growth-interval", "5"},
              "rank 0 has growth_interval=3 vs growth_interval=5 on rank 1"},
-        Case{{"--rank1-policy", "lagged"}, "rank 0 has policy=exact vs policy=lagged on rank 1"}}) {
+        Case{{"--rank1-policy", "lagged"}, "rank 0 has policy=exact vs policy=lagged on rank 1"},
+        Case{{"--rank1-init-scale", "2048"}, "rank 0 has init_scale=1024 vs init_scale=2048"},
+        Case{{"--rank1-growth-factor", "4"}, "rank 0 has growth_factor=2 vs growth_factor=4"},
+        Case{{"--rank1-rule", "megatron"}, "rank 0 has rule=torch vs rule=megatron"}}) {
     CAPTURE(c.says);
     auto args = c.args;
     args.insert(args.end(), {"--path", "actor", "--steps", "3"});
