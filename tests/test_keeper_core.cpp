@@ -100,3 +100,38 @@ TEST_CASE("UpdateApplied says below_one exactly while the scale after the update
     CHECK(a.below_one == (want[i] < 1));
   }
 }
+
+TEST_CASE("every rule's UpdateApplied says below_one exactly while its scale is below 1") {
+  // Backoffs from 4 with each rule's preset, the minimum (where a rule has one) moved below 1:
+  // the scale passes 1 on the way down and climbs back with clean steps. tf's floor is fixed at
+  // 1, so its scale never goes below 1 and below_one never becomes true.
+  for (RuleKind kind : {RuleKind::torch, RuleKind::deepspeed, RuleKind::megatron, RuleKind::apex,
+                        RuleKind::colossalai, RuleKind::keras, RuleKind::tf, RuleKind::jmp}) {
+    CAPTURE(rule_name(kind));
+    auto o = GradScalerOptions::preset(kind).init_scale(4).growth_interval(1);
+    if (kind != RuleKind::keras && kind != RuleKind::tf) o.min_scale(1.0 / 64);
+    if (kind == RuleKind::deepspeed) o.raise_at_min_scale(false);
+    KeeperRig rig(o, ScalePolicy::exact);
+    const peer_id m = rig.peer("monitor");
+    rig.send("monitor", Subscribe{m});
+    rig.send("t", ScaleRequest{0});
+    for (iteration_t k = 0; k < 20; ++k) {
+      rig.send("o", UnscaleDone{k, 1, k < 10, 1.0f});  // 10 overflows, then 10 clean steps
+      rig.send("t", UpdateScale{k, 1});
+      rig.send("t", ScaleRequest{k + 1});
+    }
+    REQUIRE(rig.pushes().size() == 20);
+    int below = 0;
+    for (const UpdateApplied& a : rig.pushes()) {
+      CAPTURE(a.k);
+      CHECK(a.below_one == (a.scale < 1.0f));
+      below += a.below_one;
+    }
+    if (kind == RuleKind::tf) {
+      CHECK(below == 0);
+    } else {
+      CHECK(below > 0);
+      CHECK_FALSE(rig.pushes().back().below_one);  // back above 1 after the clean steps
+    }
+  }
+}
