@@ -19,6 +19,56 @@ std::string pct(double v) {
   return o.str();
 }
 
+/// Column `col` of a probe CSV (its header left out), as written.
+std::vector<std::string> column(const std::string& path, int col) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string cell;
+    for (int i = 0; i <= col && std::getline(l, cell, ','); ++i) {
+    }
+    out.push_back(cell);
+  }
+  return out;
+}
+
+/// Where a run's column `col` equals earlier runs': how many (it is drawn that many steps up, so
+/// that it is seen beside them while every other run stays at its true values) and the first.
+struct Shift {
+  int steps = 0;
+  std::string same_as;
+};
+std::vector<Shift> coinciding(const std::string& dir, const std::vector<Summary>& runs, int col) {
+  std::vector<std::vector<std::string>> cols;
+  std::vector<Shift> shift;
+  for (const auto& r : runs) {
+    cols.push_back(column(dir + r.mode + ".probe.csv", col));
+    Shift sh;
+    for (std::size_t j = 0; j + 1 < cols.size(); ++j)
+      if (cols[j] == cols.back()) {
+        if (sh.steps++ == 0) sh.same_as = runs[j].mode;
+      }
+    shift.push_back(sh);
+  }
+  return shift;
+}
+
+/// One panel's plot clause for run `i`: its column `col` times `scale` from data row `from`,
+/// shifted where it coincides with earlier runs (its key says so).
+std::string curve(const std::string& dir, const std::string& mode, std::size_t i, int col,
+                  double scale, int from, const Shift& shift, double step) {
+  std::ostringstream f;
+  f << "'" << dir << mode << ".probe.csv' using 1:($" << col + 1 << " * " << scale << " + "
+    << shift.steps * step << ") every ::" << from << " with linespoints pt " << i + 1 << " title '"
+    << mode;
+  if (shift.steps > 0) f << " (= " << shift.same_as << ", drawn +" << shift.steps * step << ")";
+  f << "'";
+  return f.str();
+}
+
 }  // namespace
 
 void report(const Settings& s, const std::vector<Summary>& runs) {
@@ -74,28 +124,31 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
   if (s.spike_length > 0)
     f << "set object 1 rect from " << s.spike_at << ", graph 0 to " << s.spike_at + s.spike_length
       << ", graph 1 fc rgb '#ffe0c0' fs solid behind\n";
-  // Eval loss and underflow: every run in one panel, each drawn with its own offset (stated in
-  // the title) so that runs with equal values stay visible side by side.
-  const double loss_step = 0.01, uf_step = 0.1;
-  f << "set title 'Eval loss (held-out text, fp32 math; run i drawn +" << loss_step
-    << " i so none hides another)'\nset xlabel 'iteration'\nset ylabel 'loss'\nplot ";
+  // Eval loss and underflow: every run in one panel at its true values, except that a run
+  // whose values equal an earlier run's is drawn a step up (its key says so), so none hides.
+  // The loss panel starts at the second probe: the untrained model's loss would stretch the
+  // axis until a step is less than a pixel.
+  const double loss_step = 0.03, uf_step = 0.1;
+  const std::vector<Shift> loss_shift = coinciding(dir, runs, 1),
+                           uf_shift = coinciding(dir, runs, 2);
+  f << "set title 'Eval loss (held-out text, fp32 math; runs equal to another drawn +" << loss_step
+    << " each)'\nset xlabel 'iteration'\nset ylabel 'loss'\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i)
-    f << (i ? ", " : "") << "'" << dir << runs[i].mode << ".probe.csv' using 1:($2 + " << i << " * "
-      << loss_step << ") every ::1 with linespoints pt " << i + 1 << " title '" << runs[i].mode
-      << "'";
-  f << "\nset title 'Weight-gradient elements lost to fp16 underflow (%; run i drawn +" << uf_step
-    << " i)'\nset ylabel '% of non-zero'\nplot ";
+    f << (i ? ", " : "") << curve(dir, runs[i].mode, i, 1, 1, 2, loss_shift[i], loss_step);
+  f << "\nset title 'Weight-gradient elements lost to fp16 underflow (%; runs equal to another "
+       "drawn +"
+    << uf_step << " each)'\nset ylabel '% of non-zero'\nplot ";
   bool first = true;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (runs[i].mode == "fp32") continue;
-    f << (first ? "" : ", ") << "'" << dir << runs[i].mode << ".probe.csv' using 1:($3 * 100 + "
-      << i << " * " << uf_step << ") every ::1 with linespoints pt " << i + 1 << " title '"
-      << runs[i].mode << "'";
+    f << (first ? "" : ", ") << curve(dir, runs[i].mode, i, 2, 100, 1, uf_shift[i], uf_step);
     first = false;
   }
   f << "\n";
   // The scale: one panel per scaled run, skipped steps marked, the burst shaded.
-  f << "set logscale y 2\nset format y '2^{%L}'\nset ylabel 'loss scale'\nset key bottom right\n";
+  // Headroom above the highest scale keeps the skip marks there off the panel's border.
+  f << "set logscale y 2\nset format y '2^{%L}'\nset ylabel 'loss scale'\nset key bottom right\n"
+    << "set offsets 0, 0, graph 0.08, 0\n";
   for (const auto& m : scaled_runs) {
     const std::string csv = dir + m + ".csv";
     f << "set title 'Scale: " << m << " (skipped steps marked)'\n"
@@ -103,7 +156,7 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
       << "' using 1:($4 > 0 ? $3 : 1/0) every ::1 with points pt 7 ps 1.2 lc rgb 'red' "
          "title 'skipped'\n";
   }
-  f << "unset logscale y\nset format y '%g'\nunset object 1\n"
+  f << "unset logscale y\nset format y '%g'\nunset object 1\nset offsets 0, 0, 0, 0\n"
     << "set title 'Iterations per second (whole run)'\nset ylabel 'it/s'\nunset xlabel\n"
     << "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30 font ',8'\n"
     << "set yrange [0:*]\nplot '" << dir
