@@ -142,6 +142,10 @@ TEST_CASE("an fp64 gradient's magnitude is rounded toward zero: finite stays fin
 TEST_CASE("the *_max loops of every variant agree with c10 over all 65536 16-bit patterns") {
   std::vector<const cpu::LoopTable*> tables{&cpu::baseline_loops()};
   if (cpu::has_avx2_f16c_fma()) tables.push_back(&cpu::avx2_loops());
+  if (cpu::has_avx512())
+    tables.push_back(&cpu::avx512_loops());
+  else
+    MESSAGE("this CPU has no AVX-512 F/BW/VL/DQ: the AVX-512 loops are not tested");
   for (const cpu::LoopTable* lt : tables)
     for (cpu::ElemType t : {cpu::ElemType::f16, cpu::ElemType::bf16})
       for (std::int64_t stride : {1, 3}) {

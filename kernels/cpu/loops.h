@@ -34,8 +34,11 @@ struct LoopTable {
 
 const LoopTable& baseline_loops();
 const LoopTable& avx2_loops();
+const LoopTable& avx512_loops();
 
-/// The best table this CPU supports (AVX2 with F16C and FMA, else the baseline).
+/// The table to run (see pick_isa in cpu_features.h): AVX-512 (F, BW, VL, DQ) where this CPU
+/// has it, else AVX2 with F16C and FMA, else the baseline; ATEN_CPU_CAPABILITY=avx2 or default
+/// caps it as it caps LibTorch's kernels.
 const LoopTable& loops();
 
 }  // namespace ampactor::kernels::cpu

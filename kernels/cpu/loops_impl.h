@@ -1,6 +1,7 @@
 // Loop bodies shared by every instruction-set variant. Included by one .cpp per variant, each
 // compiled with its own -m flags and defining AMPACTOR_LOOPS_NS; plain loops are written so that
-// GCC vectorises them, and the fp16 conversions use F16C when the variant has it.
+// GCC vectorises them, and the fp16 conversions use F16C when the variant has it; the AVX-512
+// variant runs the 16-bit loops in loops_avx512.h.
 // Everything here has internal linkage and no inline function from another library is called:
 // a weak symbol built with -mavx2 must never be picked for the baseline variant.
 #pragma once
@@ -20,6 +21,10 @@ namespace ampactor::kernels::cpu::AMPACTOR_LOOPS_NS {
 namespace {
 
 #include "loops_bits.h"
+
+// The vector helpers, which use loops_bits.h:
+#include "loops_avx512.h"
+#include "loops_f16c.h"
 
 // Every loop is a template on kMax: false is the plain loop, true also raises *absmax to the
 // largest finite |x| read (before the multiply), kept as integer bits in the same pass.
@@ -146,6 +151,14 @@ template <bool kMax>
 bool check_16(const std::uint16_t* x, std::int64_t n, std::int64_t stride, std::uint16_t mask,
               float* absmax) {
   std::uint16_t bad = 0, mx = 0;
+#ifdef AMPACTOR_HAVE_AVX512
+  if (stride == 1) {
+    const bool found = mask == 0x7c00u ? check_16_zmm<0x7c00u, kMax>(x, n, mx)
+                                       : check_16_zmm<0x7f80u, kMax>(x, n, mx);
+    if constexpr (kMax) raise16(absmax, mx, mask);
+    return found;
+  }
+#endif
   if (kMax && stride == 1) {
     for (std::int64_t i = 0; i < n; i += kMaxBlock) {
       const std::int64_t m = n - i < kMaxBlock ? n - i : kMaxBlock;
@@ -168,8 +181,6 @@ bool check_16(const std::uint16_t* x, std::int64_t n, std::int64_t stride, std::
   return bad != 0;
 }
 
-#include "loops_f16c.h"
-
 // In-place unscale of fp16 (kBf16 false) or bf16 (true) values, in float.
 template <bool kBf16, bool kMax>
 bool unscale_16(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv, float* absmax) {
@@ -177,7 +188,12 @@ bool unscale_16(std::uint16_t* x, std::int64_t n, std::int64_t stride, float inv
   std::int64_t i = 0;
   bool found = false;
   std::uint16_t mx = 0;
-#ifdef AMPACTOR_HAVE_F16C
+#if defined(AMPACTOR_HAVE_AVX512)
+  if (stride == 1) {
+    found = unscale_16_zmm<kBf16, kMax>(x, n, inv, mx);
+    i = n;
+  }
+#elif defined(AMPACTOR_HAVE_F16C)
   if (stride == 1) {
     const __m128i exp_mask = _mm_set1_epi16(std::int16_t(kExp));
     const __m256 vinv = _mm256_set1_ps(inv);
@@ -263,6 +279,13 @@ template <bool kMax>
 bool move_bf16(const std::uint16_t* src, std::int64_t ss, float* dst, std::int64_t ds,
                std::int64_t n, float inv, float* absmax) {
   std::uint16_t bad = 0, mx = 0;
+#ifdef AMPACTOR_HAVE_AVX512
+  if (ss == 1 && ds == 1) {
+    const bool found = move_16_zmm<true, kMax>(src, dst, n, inv, mx);
+    if constexpr (kMax) raise16(absmax, mx, 0x7f80u);
+    return found;
+  }
+#endif
   if (ss == 1 && ds == 1) {
     for (std::int64_t i = 0; i < n; ++i) {
       std::uint16_t b = src[i];
@@ -288,7 +311,12 @@ bool move_half(const std::uint16_t* src, std::int64_t ss, float* dst, std::int64
   std::int64_t i = 0;
   bool found = false;
   std::uint16_t mx = 0;
-#ifdef AMPACTOR_HAVE_F16C
+#if defined(AMPACTOR_HAVE_AVX512)
+  if (ss == 1 && ds == 1) {
+    found = move_16_zmm<false, kMax>(src, dst, n, inv, mx);
+    i = n;
+  }
+#elif defined(AMPACTOR_HAVE_F16C)
   if (ss == 1 && ds == 1) {
     const __m128i exp_mask = _mm_set1_epi16(0x7c00);
     const __m256 vinv = _mm256_set1_ps(inv);

@@ -14,5 +14,6 @@ struct OptimLoopTable {
 
 const OptimLoopTable& baseline_optim_loops();
 const OptimLoopTable& avx2_optim_loops();
+const OptimLoopTable& avx512_optim_loops();
 
 }  // namespace ampactor::kernels::cpu

@@ -17,14 +17,21 @@
 #include "cpu_features.h"
 #include "layout.h"
 #include "loops.h"
+#include "pool.h"
 
 namespace ampactor::kernels {
 namespace cpu {
 
 const LoopTable& loops() {
   static const LoopTable& chosen = []() -> const LoopTable& {
-    if (has_avx2_f16c_fma()) return avx2_loops();
-    return baseline_loops();
+    switch (pick_isa()) {
+      case Isa::avx512:
+        return avx512_loops();
+      case Isa::avx2:
+        return avx2_loops();
+      default:
+        return baseline_loops();
+    }
   }();
   return chosen;
 }
@@ -195,13 +202,17 @@ bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax) {
       bad |= run_task(op, jobs[t.job], t, inv, lt, absmax);
     return bad;
   }
+  // On the kernels' own pool (pool.h), as the fused step that may follow: an OpenMP team's
+  // worker would keep spinning on the core the step's next share needs.
   std::atomic<bool> found{false};
   std::mutex mu;
-  at::parallel_for(0, std::int64_t(tasks.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t count = std::int64_t(tasks.size());
+  cpu::parallel_run(at::get_num_threads(), [&](int t, int nt) {
     bool bad = false;
     float mx = 0;
-    for (std::int64_t i = begin; i < end; ++i)
-      bad |= run_task(op, jobs[tasks[i].job], tasks[i], inv, lt, absmax ? &mx : nullptr);
+    for (std::int64_t i = count * t / nt; i < count * (t + 1) / nt; ++i)
+      bad |= run_task(op, jobs[tasks[std::size_t(i)].job], tasks[std::size_t(i)], inv, lt,
+                      absmax ? &mx : nullptr);
     if (bad) found.store(true, std::memory_order_relaxed);
     if (absmax && mx > 0) {
       const std::lock_guard<std::mutex> lock(mu);

@@ -53,10 +53,12 @@ void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,
               int threads);
 
-/// The instruction-set variant the fused steps run: "avx2" (FMA, as LibTorch's AVX2 and AVX-512
-/// kernels) where the CPU has AVX2, F16C and FMA, else "baseline" (no FMA, as LibTorch's default
-/// kernels). ATEN_CPU_CAPABILITY=default in the environment picks the baseline too, so that the
-/// steps stay equal to torch::optim's wherever LibTorch is made to run its default kernels.
+/// The instruction-set variant the fused steps run: "avx512" where the CPU has AVX-512 F, BW, VL
+/// and DQ, else "avx2" where it has AVX2, F16C and FMA (both fuse the multiply-adds LibTorch's AVX2
+/// and AVX-512 kernels fuse, and give the same bits), else "baseline" (no FMA, as LibTorch's
+/// default kernels). ATEN_CPU_CAPABILITY=default in the environment picks the baseline too, so
+/// that the steps stay equal to torch::optim's wherever LibTorch is made to run its default
+/// kernels; ATEN_CPU_CAPABILITY=avx2 caps them at "avx2".
 const char* fused_step_variant();
 
 }  // namespace ampactor::kernels

@@ -53,7 +53,8 @@ void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_gr
                             const at::Tensor& inv_scale, at::Tensor& found_inf,
                             at::Tensor& grad_absmax);
 
-/// Name of the CPU loop variant picked for this machine ("avx2" or "baseline").
+/// Name of the CPU loop variant picked for this machine ("avx512", "avx2" or "baseline";
+/// ATEN_CPU_CAPABILITY=avx2 or default caps it, as it caps LibTorch's kernels).
 const char* cpu_loop_variant();
 
 }  // namespace ampactor::kernels
