@@ -56,9 +56,10 @@ void load_state_dict(ScaleState& state, const StateDict& sd) {
         errc::bad_state_dict,
         "state_dict['_growth_tracker'] must be in [0, 2^31), got " + std::to_string(tracker));
   // ampactor's own key, for the rules with hysteresis (megatron's tracker goes below 0); a dict
-  // without it (torch's) leaves the hysteresis full.
+  // without it (torch's) leaves the hysteresis full. A rule without hysteresis ignores it, as
+  // torch ignores keys it does not know.
   std::int64_t hysteresis = state.rule().hysteresis;
-  if (sd.contains("_hysteresis_tracker")) {
+  if (rule_has_hysteresis(state.rule().kind) && sd.contains("_hysteresis_tracker")) {
     hysteresis = sd.get_int("_hysteresis_tracker");
     if (hysteresis < INT32_MIN || hysteresis > INT32_MAX)
       throw ScalerError(

@@ -380,6 +380,13 @@ TEST_SUITE("peer sequences") {
     StateDict without = sd;
     without.erase("_hysteresis_tracker");
     CHECK(torch_rule.state_dict() == without);  // torch's keys, the dict's values
+    LocalGradScaler loaded_without(GradScalerOptions().init_scale(65536).growth_interval(2000));
+    loaded_without.load_state_dict(without);
+    CHECK(torch_rule.scale_state() == loaded_without.scale_state());  // the key left no trace
+    // Ignored, not read: a value no hysteresis rule would take is no error here.
+    StateDict odd = without;
+    odd.set("_hysteresis_tracker", 1e300);
+    CHECK(refusal_of([&] { loaded_without.load_state_dict(odd); }).code == errc{});
     // torch's rule from there: no hysteresis, the first overflow backs off.
     ScaleState s = torch_rule.scale_state();
     s.lazy_init();
