@@ -56,6 +56,9 @@ bool zmm16_loop(const std::uint16_t* x, std::int64_t n, std::uint16_t& mx, Body&
   };
   std::int64_t i = 0;
   if constexpr (kMax) {
+    // Until the first block with an inf or NaN, `all` is the finite max too (one max a block
+    // saved); from that block on, the finite max is kept apart.
+    bool clean = true;
     for (; i + 128 <= n; i += 128) {
       __m512i h[4], a[4];
       __m512i m = _mm512_setzero_si512();
@@ -64,16 +67,18 @@ bool zmm16_loop(const std::uint16_t* x, std::int64_t n, std::uint16_t& mx, Body&
         a[k] = _mm512_and_si512(h[k], abs_mask);
         m = _mm512_max_epu16(m, a[k]);
       }
-      all = _mm512_max_epu16(all, m);
       if (_mm512_cmpge_epu16_mask(m, exp_mask) != 0) {
+        if (clean) finite = all, clean = false;
         for (int k = 0; k < 4; ++k)
           add_finite(a[k]);
-      } else {
+      } else if (!clean) {
         finite = _mm512_max_epu16(finite, m);
       }
+      all = _mm512_max_epu16(all, m);
       for (int k = 0; k < 4; ++k)
         body(i + 32 * k, h[k], ~__mmask32(0));
     }
+    if (clean) finite = all;
   }
   auto one = [&](std::int64_t j, __m512i h, __mmask32 k) {
     const __m512i a = _mm512_and_si512(h, abs_mask);
