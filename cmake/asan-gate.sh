@@ -39,7 +39,7 @@ fuzz() {
   mkdir -p "$corpus"
   echo "asan-gate: fuzzing $target for $FUZZ_SECONDS s"
   # The first folder is the corpus the run grows; the others are read-only seeds.
-  "$BUILD/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -timeout=20 -rss_limit_mb=4096 \
+  "$BUILD/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -seed="${FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$BUILD/fuzz-findings/$target-" "$corpus" "$@" \
     >"$BUILD/$target.log" 2>&1 ||
     {
