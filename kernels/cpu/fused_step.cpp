@@ -3,9 +3,6 @@
 // own worker pool (pool.h says why not OpenMP). No torch.
 #include <ampactor/kernels/fused_step.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "cpu_features.h"
 #include "optim_loops.h"
 #include "pool.h"
