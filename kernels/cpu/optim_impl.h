@@ -2,9 +2,10 @@
 // .cpp per variant, as loops_impl.h). Each element follows torch::optim's sequence of ATen ops
 // exactly: the AVX2 variant fuses the multiply-adds that ATen's AVX2/AVX-512 kernels fuse
 // (add with alpha, addcmul), the baseline fuses none, as ATen's default kernels; sqrt and the
-// divisions are correctly rounded in all. The AVX-512 variant runs the AVX2 variant's operations
-// 16 lanes at a time: every element gets the same operations, so the same bits. Compiled with
-// -ffp-contract=off so that no other expression is fused behind our back.
+// divisions are correctly rounded in all (the division by the constant sqrt_bc2 without a divide
+// instruction in the vector loops, see div_by). The AVX-512 variant runs the AVX2 variant's
+// operations 16 lanes at a time: every element gets the same operations, so the same bits.
+// Compiled with -ffp-contract=off so that no other expression is fused behind our back.
 #pragma once
 
 #include <cmath>
@@ -53,101 +54,164 @@ inline void store1(void* p, std::int64_t i, float x) {
   if constexpr (W == Out::bf16) static_cast<std::uint16_t*>(p)[i] = float_to_bf16(x);
 }
 
+// The vector forms: one traits struct per width, so that one loop body serves both; every lane
+// gets the same operations at either width, so the same bits.
 #ifdef AMPACTOR_HAVE_F16C
-template <StepElem G>
-inline __m256 load8(const void* p, std::int64_t i) {
-  if constexpr (G == StepElem::f32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-  const auto* h = reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + i);
-  if constexpr (G == StepElem::f16) return _mm256_cvtph_ps(_mm_loadu_si128(h));
-  if constexpr (G == StepElem::bf16) return bf16x8_to_float(_mm_loadu_si128(h));
-}
-// (No pointer arithmetic for Out::none: p is null there.)
-template <Out W>
-inline void store8(void* p, std::int64_t i, __m256 x) {
-  auto h = [&] { return reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i); };
-  if constexpr (W == Out::f32) _mm256_storeu_ps(static_cast<float*>(p) + i, x);
-  if constexpr (W == Out::f16) _mm_storeu_si128(h(), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-  if constexpr (W == Out::bf16) _mm_storeu_si128(h(), float_to_bf16x8(x));
-}
+struct Ymm {  // 8 lanes, AVX2 + F16C + FMA
+  using V = __m256;
+  static constexpr std::int64_t kLanes = 8;
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V sqrt(V a) { return _mm256_sqrt_ps(a); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V fmsub(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+  // x == y ? a : b, lane by lane.
+  static V select_eq(V x, V y, V a, V b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, y, _CMP_EQ_OQ));
+  }
+  // ATen's max: NaN in either wins (max_ps alone gives its second operand where either is NaN).
+  static V max_nan(V v, V old) {
+    return _mm256_blendv_ps(_mm256_max_ps(v, old), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
+  template <StepElem G>
+  static V load_grad(const void* p, std::int64_t i) {
+    if constexpr (G == StepElem::f32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+    const auto* h = reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + i);
+    if constexpr (G == StepElem::f16) return _mm256_cvtph_ps(_mm_loadu_si128(h));
+    if constexpr (G == StepElem::bf16) return bf16x8_to_float(_mm_loadu_si128(h));
+  }
+  // (No pointer arithmetic for Out::none: p is null there.)
+  template <Out W>
+  static void store_weight(void* p, std::int64_t i, V x) {
+    auto h = [&] { return reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i); };
+    if constexpr (W == Out::f32) _mm256_storeu_ps(static_cast<float*>(p) + i, x);
+    if constexpr (W == Out::f16)
+      _mm_storeu_si128(h(), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if constexpr (W == Out::bf16) _mm_storeu_si128(h(), float_to_bf16x8(x));
+  }
+};
 #endif
 
 #ifdef AMPACTOR_HAVE_AVX512
-template <StepElem G>
-inline __m512 load16(const void* p, std::int64_t i) {
-  if constexpr (G == StepElem::f32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-  const auto* h = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(p) + i);
-  if constexpr (G == StepElem::f16) return _mm512_cvtph_ps(_mm256_loadu_si256(h));
-  if constexpr (G == StepElem::bf16) return bf16x16_to_float(_mm256_loadu_si256(h));
-}
-template <Out W>
-inline void store16(void* p, std::int64_t i, __m512 x) {
-  auto h = [&] { return reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i); };
-  if constexpr (W == Out::f32) _mm512_storeu_ps(static_cast<float*>(p) + i, x);
-  if constexpr (W == Out::f16)
-    _mm256_storeu_si256(h(), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-  if constexpr (W == Out::bf16) _mm256_storeu_si256(h(), float_to_bf16x16(x));
+struct Zmm {  // 16 lanes, AVX-512 F/BW/VL/DQ
+  using V = __m512;
+  static constexpr std::int64_t kLanes = 16;
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  static V sqrt(V a) { return _mm512_sqrt_ps(a); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V fmsub(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }
+  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
+  static V select_eq(V x, V y, V a, V b) {
+    return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, y, _CMP_EQ_OQ), a);
+  }
+  static V max_nan(V v, V old) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_max_ps(v, old), v);
+  }
+  template <StepElem G>
+  static V load_grad(const void* p, std::int64_t i) {
+    if constexpr (G == StepElem::f32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
+    const auto* h = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(p) + i);
+    if constexpr (G == StepElem::f16) return _mm512_cvtph_ps(_mm256_loadu_si256(h));
+    if constexpr (G == StepElem::bf16) return bf16x16_to_float(_mm256_loadu_si256(h));
+  }
+  template <Out W>
+  static void store_weight(void* p, std::int64_t i, V x) {
+    auto h = [&] { return reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i); };
+    if constexpr (W == Out::f32) _mm512_storeu_ps(static_cast<float*>(p) + i, x);
+    if constexpr (W == Out::f16)
+      _mm256_storeu_si256(h(), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if constexpr (W == Out::bf16) _mm256_storeu_si256(h(), float_to_bf16x16(x));
+  }
+};
+#endif
+
+// Where the division by sqrt_bc2 may be the multiply below: every valid beta2 (0 <= beta2 < 1 in
+// double) gives sqrt_bc2 in [2^-26.5, 1]; other values (a param group's own unchecked betas)
+// divide.
+inline bool recip_ok(float sqrt_bc2) {
+  return sqrt_bc2 >= 0x1p-27f && sqrt_bc2 <= 1.0f;
 }
 
-// adam_loop's AVX2 body, 16 lanes at a time; returns where it stopped.
-template <StepElem G, Out W>
-std::int64_t adam_zmm(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+// RN(a / c) without a division, for every a that sqrt gives (NaN, +-0, [2^-75, 2^64], +inf) and c
+// in recip_ok's range, given y = RN(1 / c): q = RN(a * y) is within an ulp of a / c, so
+// r = q * c - a is exact in one FMA and RN(q - r * y) is RN(a / c) (Markstein's theorem; nothing
+// in between under- or overflows for these a and c). Zeros keep their sign through fmsub and
+// fnmadd; +inf would give NaN there, so it takes q (inf, as the division). The table's const_div
+// runs exactly this, so that tests sweep it against the division.
+template <typename T>
+inline typename T::V div_by(typename T::V a, typename T::V c, typename T::V y, typename T::V inf) {
+  const typename T::V q = T::mul(a, y);
+  return T::select_eq(a, inf, q, T::fnmadd(T::fmsub(q, c, a), y, q));
+}
+
+// The Adam loop's vector body; returns where it stopped.
+template <typename T, StepElem G, Out W>
+std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+  using V = typename T::V;
   float* __restrict p = s.param;
   float* __restrict m = s.m;
   float* __restrict v = s.v;
   float* __restrict vmax = s.vmax;
-  const __m512 inv = _mm512_set1_ps(c.inv), wd = _mm512_set1_ps(c.wd),
-               decay = _mm512_set1_ps(c.decay), b1 = _mm512_set1_ps(c.b1),
-               omb1 = _mm512_set1_ps(c.omb1), b2 = _mm512_set1_ps(c.b2),
-               omb2 = _mm512_set1_ps(c.omb2), sbc2 = _mm512_set1_ps(c.sqrt_bc2),
-               eps = _mm512_set1_ps(c.eps), neg = _mm512_set1_ps(c.neg_step);
-  for (; i + 16 <= end; i += 16) {
-    __m512 g = _mm512_mul_ps(load16<G>(s.grad, i), inv);
-    __m512 x = _mm512_loadu_ps(p + i);
-    if (c.l2) g = _mm512_fmadd_ps(x, wd, g);
-    if (c.decoupled) x = _mm512_mul_ps(x, decay);
-    const __m512 mi = _mm512_fmadd_ps(g, omb1, _mm512_mul_ps(_mm512_loadu_ps(m + i), b1));
-    __m512 vi =
-        _mm512_fmadd_ps(_mm512_mul_ps(omb2, g), g, _mm512_mul_ps(_mm512_loadu_ps(v + i), b2));
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-    if (vmax) {  // NaN wins, as in the AVX2 body
-      const __m512 mx = _mm512_max_ps(vi, _mm512_loadu_ps(vmax + i));
-      vi = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vi, vi, _CMP_UNORD_Q), mx, vi);
-      _mm512_storeu_ps(vmax + i, vi);
+  const bool recip = recip_ok(c.sqrt_bc2);
+  const V inv = T::set1(c.inv), wd = T::set1(c.wd), decay = T::set1(c.decay), b1 = T::set1(c.b1),
+          omb1 = T::set1(c.omb1), b2 = T::set1(c.b2), omb2 = T::set1(c.omb2),
+          sbc2 = T::set1(c.sqrt_bc2), rbc2 = T::set1(1.0f / c.sqrt_bc2),
+          inf = T::set1(__builtin_inff()), eps = T::set1(c.eps), neg = T::set1(c.neg_step);
+  for (; i + T::kLanes <= end; i += T::kLanes) {
+    V g = T::mul(T::template load_grad<G>(s.grad, i), inv);
+    V x = T::load(p + i);
+    if (c.l2) g = T::fmadd(x, wd, g);
+    if (c.decoupled) x = T::mul(x, decay);
+    const V mi = T::fmadd(g, omb1, T::mul(T::load(m + i), b1));
+    V vi = T::fmadd(T::mul(omb2, g), g, T::mul(T::load(v + i), b2));
+    T::store(m + i, mi);
+    T::store(v + i, vi);
+    if (vmax) {
+      vi = T::max_nan(vi, T::load(vmax + i));
+      T::store(vmax + i, vi);
     }
-    const __m512 d = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), sbc2), eps);
-    x = _mm512_add_ps(x, _mm512_div_ps(_mm512_mul_ps(neg, mi), d));
-    _mm512_storeu_ps(p + i, x);
-    store16<W>(s.weight, i, x);
+    const V a = T::sqrt(vi);
+    const V d = T::add(recip ? div_by<T>(a, sbc2, rbc2, inf) : T::div(a, sbc2), eps);
+    x = T::add(x, T::div(T::mul(neg, mi), d));
+    T::store(p + i, x);
+    T::template store_weight<W>(s.weight, i, x);
   }
   return i;
 }
 
-// sgd_loop's AVX2 body, 16 lanes at a time; returns where it stopped.
-template <StepElem G, Out W>
-std::int64_t sgd_zmm(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
+// The SGD loop's vector body; returns where it stopped.
+template <typename T, StepElem G, Out W>
+std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
+  using V = typename T::V;
   float* __restrict p = s.param;
   float* __restrict m = s.m;
-  const __m512 inv = _mm512_set1_ps(c.inv), wd = _mm512_set1_ps(c.wd),
-               mom = _mm512_set1_ps(c.momentum), omd = _mm512_set1_ps(c.omdamp),
-               neg = _mm512_set1_ps(c.neg_lr);
-  for (; i + 16 <= end; i += 16) {
-    __m512 d = _mm512_mul_ps(load16<G>(s.grad, i), inv);
-    __m512 x = _mm512_loadu_ps(p + i);
-    if (c.l2) d = _mm512_fmadd_ps(x, wd, d);
+  const V inv = T::set1(c.inv), wd = T::set1(c.wd), mom = T::set1(c.momentum),
+          omd = T::set1(c.omdamp), neg = T::set1(c.neg_lr);
+  for (; i + T::kLanes <= end; i += T::kLanes) {
+    V d = T::mul(T::template load_grad<G>(s.grad, i), inv);
+    V x = T::load(p + i);
+    if (c.l2) d = T::fmadd(x, wd, d);
     if (m) {
-      const __m512 b =
-          c.first ? d : _mm512_fmadd_ps(d, omd, _mm512_mul_ps(_mm512_loadu_ps(m + i), mom));
-      _mm512_storeu_ps(m + i, b);
-      d = c.nesterov ? _mm512_fmadd_ps(b, mom, d) : b;
+      const V b = c.first ? d : T::fmadd(d, omd, T::mul(T::load(m + i), mom));
+      T::store(m + i, b);
+      d = c.nesterov ? T::fmadd(b, mom, d) : b;
     }
-    x = _mm512_fmadd_ps(d, neg, x);
-    _mm512_storeu_ps(p + i, x);
-    store16<W>(s.weight, i, x);
+    x = T::fmadd(d, neg, x);
+    T::store(p + i, x);
+    T::template store_weight<W>(s.weight, i, x);
   }
   return i;
 }
-#endif
 
 template <StepElem G, Out W>
 void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
@@ -156,35 +220,10 @@ void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int6
   float* __restrict v = s.v;
   float* __restrict vmax = s.vmax;
 #ifdef AMPACTOR_HAVE_AVX512
-  i = adam_zmm<G, W>(s, c, i, end);  // the AVX2 loop below takes a remaining 8
+  i = adam_vec<Zmm, G, W>(s, c, i, end);  // the 8-lane loop takes a remaining 8
 #endif
 #ifdef AMPACTOR_HAVE_F16C
-  const __m256 inv = _mm256_set1_ps(c.inv), wd = _mm256_set1_ps(c.wd),
-               decay = _mm256_set1_ps(c.decay), b1 = _mm256_set1_ps(c.b1),
-               omb1 = _mm256_set1_ps(c.omb1), b2 = _mm256_set1_ps(c.b2),
-               omb2 = _mm256_set1_ps(c.omb2), sbc2 = _mm256_set1_ps(c.sqrt_bc2),
-               eps = _mm256_set1_ps(c.eps), neg = _mm256_set1_ps(c.neg_step);
-  for (; i + 8 <= end; i += 8) {
-    __m256 g = _mm256_mul_ps(load8<G>(s.grad, i), inv);
-    __m256 x = _mm256_loadu_ps(p + i);
-    if (c.l2) g = _mm256_fmadd_ps(x, wd, g);
-    if (c.decoupled) x = _mm256_mul_ps(x, decay);
-    const __m256 mi = _mm256_fmadd_ps(g, omb1, _mm256_mul_ps(_mm256_loadu_ps(m + i), b1));
-    __m256 vi =
-        _mm256_fmadd_ps(_mm256_mul_ps(omb2, g), g, _mm256_mul_ps(_mm256_loadu_ps(v + i), b2));
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    if (vmax) {
-      // max_ps gives its second operand where either is NaN; ATen's max gives NaN.
-      vi = _mm256_blendv_ps(_mm256_max_ps(vi, _mm256_loadu_ps(vmax + i)), vi,
-                            _mm256_cmp_ps(vi, vi, _CMP_UNORD_Q));
-      _mm256_storeu_ps(vmax + i, vi);
-    }
-    const __m256 d = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), sbc2), eps);
-    x = _mm256_add_ps(x, _mm256_div_ps(_mm256_mul_ps(neg, mi), d));
-    _mm256_storeu_ps(p + i, x);
-    store8<W>(s.weight, i, x);
-  }
+  i = adam_vec<Ymm, G, W>(s, c, i, end);
 #endif
   for (; i < end; ++i) {
     float g = load1<G>(s.grad, i) * c.inv;
@@ -208,26 +247,10 @@ void sgd_loop(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_
   float* __restrict p = s.param;
   float* __restrict m = s.m;
 #ifdef AMPACTOR_HAVE_AVX512
-  i = sgd_zmm<G, W>(s, c, i, end);
+  i = sgd_vec<Zmm, G, W>(s, c, i, end);
 #endif
 #ifdef AMPACTOR_HAVE_F16C
-  const __m256 inv = _mm256_set1_ps(c.inv), wd = _mm256_set1_ps(c.wd),
-               mom = _mm256_set1_ps(c.momentum), omd = _mm256_set1_ps(c.omdamp),
-               neg = _mm256_set1_ps(c.neg_lr);
-  for (; i + 8 <= end; i += 8) {
-    __m256 d = _mm256_mul_ps(load8<G>(s.grad, i), inv);
-    __m256 x = _mm256_loadu_ps(p + i);
-    if (c.l2) d = _mm256_fmadd_ps(x, wd, d);
-    if (m) {
-      const __m256 b =
-          c.first ? d : _mm256_fmadd_ps(d, omd, _mm256_mul_ps(_mm256_loadu_ps(m + i), mom));
-      _mm256_storeu_ps(m + i, b);
-      d = c.nesterov ? _mm256_fmadd_ps(b, mom, d) : b;
-    }
-    x = _mm256_fmadd_ps(d, neg, x);
-    _mm256_storeu_ps(p + i, x);
-    store8<W>(s.weight, i, x);
-  }
+  i = sgd_vec<Ymm, G, W>(s, c, i, end);
 #endif
   for (; i < end; ++i) {
     float d = load1<G>(s.grad, i) * c.inv;
@@ -242,6 +265,28 @@ void sgd_loop(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_
     p[i] = x;
     store1<W>(s.weight, i, x);
   }
+}
+
+// out[i] = a[i] / c as the Adam loops divide by sqrt_bc2 (for tests).
+void const_div(const float* a, float* out, std::int64_t n, float c) {
+  std::int64_t i = 0;
+  [[maybe_unused]] const bool recip = recip_ok(c);
+#ifdef AMPACTOR_HAVE_AVX512
+  for (const __m512 vc = Zmm::set1(c), y = Zmm::set1(1.0f / c), inf = Zmm::set1(__builtin_inff());
+       i + 16 <= n; i += 16) {
+    const __m512 x = Zmm::load(a + i);
+    Zmm::store(out + i, recip ? div_by<Zmm>(x, vc, y, inf) : Zmm::div(x, vc));
+  }
+#endif
+#ifdef AMPACTOR_HAVE_F16C
+  for (const __m256 vc = Ymm::set1(c), y = Ymm::set1(1.0f / c), inf = Ymm::set1(__builtin_inff());
+       i + 8 <= n; i += 8) {
+    const __m256 x = Ymm::load(a + i);
+    Ymm::store(out + i, recip ? div_by<Ymm>(x, vc, y, inf) : Ymm::div(x, vc));
+  }
+#endif
+  for (; i < n; ++i)
+    out[i] = a[i] / c;
 }
 
 inline Out out_of(const StepSpan& s) {
@@ -308,7 +353,7 @@ void sgd(const StepSpan& s, const SgdConsts& c, std::int64_t b, std::int64_t e) 
 }  // namespace
 
 const OptimLoopTable& optim_table() {
-  static const OptimLoopTable t{&adam, &sgd, AMPACTOR_LOOPS_NAME};
+  static const OptimLoopTable t{&adam, &sgd, &const_div, AMPACTOR_LOOPS_NAME};
   return t;
 }
 

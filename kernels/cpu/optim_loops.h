@@ -9,6 +9,8 @@ namespace ampactor::kernels::cpu {
 struct OptimLoopTable {
   void (*adam)(const StepSpan&, const AdamConsts&, std::int64_t begin, std::int64_t end);
   void (*sgd)(const StepSpan&, const SgdConsts&, std::int64_t begin, std::int64_t end);
+  /// out[i] = a[i] / c exactly as adam divides by sqrt_bc2 (tests sweep it against a division).
+  void (*const_div)(const float* a, float* out, std::int64_t n, float c);
   const char* name;
 };
 
