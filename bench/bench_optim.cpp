@@ -76,12 +76,13 @@ bool bits_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>&
 
 int main(int argc, char** argv) {
   CLI::App app{"The fused scaled optimizer step against today's optimizer side and the ceiling"};
-  std::vector<std::int64_t> mib = {1, 16, 64};
+  std::vector<double> mib = {1, 16, 64};
   std::vector<int> thread_counts = {1, 2};
   std::vector<std::string> dtypes = {"half"};
   int reps = 7;
   std::string json_path;
-  app.add_option("--mparams", mib, "parameter counts, in Mi (2^20)");
+  app.add_option("--mparams", mib, "parameter counts, in Mi (2^20; 0.0625: 64 Ki, in cache)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--threads", thread_counts, "thread counts");
   app.add_option("--dtype", dtypes, "model dtypes: half, bfloat16");
   app.add_option("--reps", reps, "repetitions (medians)")->check(CLI::PositiveNumber);
@@ -106,13 +107,13 @@ int main(int argc, char** argv) {
                "masters; milliseconds per step, median of "
             << reps << "\n\n";
   std::cout
-      << "params  dtype     thr |  today (move+Adam+cast) |  fused (check+step) |  ceiling "
+      << "  params  dtype     thr |  today (move+Adam+cast) |  fused (check+step) |  ceiling "
          "(r+w stream, 30 B/param) | today/fused | fused/ceiling | today/ceiling | same masters\n";
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& dname : dtypes) {
     const at::ScalarType dt = dname == "bfloat16" ? at::kBFloat16 : at::kHalf;
-    for (std::int64_t m : mib) {
-      const std::vector<std::int64_t> sizes = sizes_of(m << 20);
+    for (double m : mib) {
+      const std::vector<std::int64_t> sizes = sizes_of(std::int64_t(m * (1 << 20)));
       std::vector<at::Tensor> grads, today_masters, today_master_grads, fused_masters,
           today_weights, fused_weights;
       std::int64_t total = 0;
@@ -177,10 +178,11 @@ int main(int argc, char** argv) {
                      rt = median_of(today_by_ceiling);
         const bool same =
             bits_equal(today_masters, fused_masters) && bits_equal(today_weights, fused_weights);
-        std::cout << std::setw(4) << m << " Mi  " << std::setw(8) << dname << "  " << threads
-                  << "  | " << std::fixed << std::setprecision(2) << std::setw(22) << ta << "  | "
-                  << std::setw(18) << tb << "  | " << std::setw(28) << tc << "  | " << std::setw(10)
-                  << rf << "x | " << std::setw(12) << rc << "x | " << std::setw(12) << rt << "x | "
+        std::cout << std::setw(6) << std::defaultfloat << std::setprecision(4) << m << " Mi  "
+                  << std::setw(8) << dname << "  " << threads << "  | " << std::fixed
+                  << std::setprecision(3) << std::setw(22) << ta << "  | " << std::setw(18) << tb
+                  << "  | " << std::setw(28) << tc << "  | " << std::setw(10) << rf << "x | "
+                  << std::setw(12) << rc << "x | " << std::setw(12) << rt << "x | "
                   << (same ? "yes" : "NO") << "\n";
         rows.push_back({{"mparams", m},
                         {"dtype", dname},
