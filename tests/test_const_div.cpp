@@ -15,6 +15,8 @@
 #include "cpu_features.h"
 #include "optim_loops.h"
 
+#include <ampactor/kernels/fused_step.h>
+
 using ampactor::kernels::cpu::OptimLoopTable;
 
 namespace {
@@ -100,6 +102,54 @@ TEST_CASE("the Adam loops' division by sqrt_bc2 gives the division's bits for ev
         }
       CAPTURE(first < a.size() ? a[first] : 0.0f);
       CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("the Adam loops give the same bits through the reciprocal as through the divide") {
+  using ampactor::kernels::AdamConsts;
+  using ampactor::kernels::StepElem;
+  using ampactor::kernels::StepSpan;
+  const std::int64_t n = 1037;  // 16-lane body, an 8-lane vector and a scalar tail
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> grad(n), p0(n), m0(n), v0(n), vmax0(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    grad[std::size_t(i)] = normal(rng) * 64;
+    p0[std::size_t(i)] = normal(rng) * 0.1f;
+    m0[std::size_t(i)] = normal(rng) * 1e-3f;
+    v0[std::size_t(i)] = std::abs(normal(rng)) * 1e-6f;
+    vmax0[std::size_t(i)] = std::abs(normal(rng)) * 1e-6f;
+  }
+  // The edges of what sqrt is given: zeros, a huge v (its sqrt near 2^64), inf and NaN.
+  v0[3] = 0, v0[20] = -0.0f, v0[40] = std::numeric_limits<float>::max();
+  v0[77] = std::numeric_limits<float>::infinity(), v0[100] = std::nanf("");
+  v0[n - 2] = std::numeric_limits<float>::infinity(), v0[n - 1] = 0;
+  for (const OptimLoopTable* t : optim_tables()) {
+    for (int step : {1, 2, 1000}) {
+      for (bool amsgrad : {false, true}) {
+        AdamConsts c;
+        c.inv = 1.0f / 1024, c.b1 = 0.9f, c.omb1 = float(1 - 0.9), c.b2 = 0.999f;
+        c.omb2 = float(1 - 0.999), c.eps = 1e-8f, c.sqrt_bc2 = sqrt_bc2(0.999, step);
+        c.neg_step = float(-(1e-3 / (1 - std::pow(0.9, step))));
+        std::vector<float> out[2][4];  // p, m, v, vmax for divide and reciprocal
+        for (int r = 0; r < 2; ++r) {
+          out[r][0] = p0, out[r][1] = m0, out[r][2] = v0, out[r][3] = vmax0;
+          StepSpan s;
+          s.grad = grad.data(), s.grad_type = StepElem::f32, s.n = n;
+          s.param = out[r][0].data(), s.m = out[r][1].data(), s.v = out[r][2].data();
+          s.vmax = amsgrad ? out[r][3].data() : nullptr;
+          c.reciprocal = r == 1;
+          t->adam(s, c, 0, n);
+        }
+        const std::string name = t->name;
+        CAPTURE(name);
+        CAPTURE(step);
+        CAPTURE(amsgrad);
+        for (int k = 0; k < 4; ++k)
+          CHECK(std::memcmp(out[0][k].data(), out[1][k].data(), std::size_t(n) * 4) == 0);
+        CHECK(std::isnan(out[1][0][100]));  // the NaN in v reached p
+      }
     }
   }
 }

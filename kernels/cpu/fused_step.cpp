@@ -7,6 +7,8 @@
 #include "optim_loops.h"
 #include "pool.h"
 
+#include <unistd.h>
+
 namespace ampactor::kernels {
 namespace {
 
@@ -53,11 +55,33 @@ void run(const std::vector<StepSpan>& spans, const std::vector<Consts>& consts, 
   cpu::parallel_run(threads, share);
 }
 
+// The last-level cache's size (0 where the system does not say).
+std::int64_t llc_bytes() {
+  static const std::int64_t bytes = [] {
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE})
+      if (const long b = sysconf(name); b > 0) return std::int64_t(b);
+    return std::int64_t(0);
+  }();
+  return bytes;
+}
+
+std::int64_t elem_bytes(StepElem t) {
+  return t == StepElem::f32 ? 4 : 2;
+}
+
 }  // namespace
 
 void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>& consts,
                int threads) {
-  run(spans, consts, threads, table().adam);
+  std::int64_t bytes = 0;  // the arrays the step reads and writes
+  for (const StepSpan& s : spans)
+    bytes += s.n * (12 + (s.vmax ? 4 : 0) + elem_bytes(s.grad_type) +
+                    (s.weight ? elem_bytes(s.weight_type) : 0));
+  if (bytes > llc_bytes()) return run(spans, consts, threads, table().adam);
+  std::vector<AdamConsts> in_cache = consts;
+  for (AdamConsts& c : in_cache)
+    c.reciprocal = true;
+  run(spans, in_cache, threads, table().adam);
 }
 
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,

@@ -162,7 +162,7 @@ std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, st
   float* __restrict m = s.m;
   float* __restrict v = s.v;
   float* __restrict vmax = s.vmax;
-  const bool recip = recip_ok(c.sqrt_bc2);
+  const bool recip = c.reciprocal && recip_ok(c.sqrt_bc2);
   const V inv = T::set1(c.inv), wd = T::set1(c.wd), decay = T::set1(c.decay), b1 = T::set1(c.b1),
           omb1 = T::set1(c.omb1), b2 = T::set1(c.b2), omb2 = T::set1(c.omb2),
           sbc2 = T::set1(c.sqrt_bc2), rbc2 = T::set1(1.0f / c.sqrt_bc2),

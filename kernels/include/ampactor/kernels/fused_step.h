@@ -35,6 +35,10 @@ struct AdamConsts {
         neg_step = 0;
   bool l2 = false;         // Adam's weight decay (added to the gradient)
   bool decoupled = false;  // AdamW's (p multiplied by decay)
+  // Divide by sqrt_bc2 through its reciprocal in the vector loops (as exact; fewer divides,
+  // more instructions). adam_step sets it where the step's arrays fit the last-level cache, so
+  // that the divide unit bounds the loop; beyond the cache memory does, and the divide is ahead.
+  bool reciprocal = false;
 };
 
 /// SGD. d = grad * inv; d = fma(p, wd, d) if l2; with momentum: m = d on the first step, else
