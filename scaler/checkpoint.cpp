@@ -2,6 +2,7 @@
 #include <ampactor/scaler/checkpoint.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
+#include "archive_screen.h"
 #include "pickle_dict.h"
 #include "zip_check.h"
 
@@ -13,10 +14,12 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -83,6 +86,23 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+/// Bytes in memory, for LibTorch's zip reader.
+class MemoryReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  MemoryReader(const char* data, std::size_t size) : data_(data), size_(size) {}
+  std::size_t size() const override { return size_; }
+  std::size_t read(std::uint64_t pos, void* buf, std::size_t n, const char*) const override {
+    if (pos >= size_) return 0;
+    n = std::min<std::size_t>(n, size_ - pos);
+    std::memcpy(buf, data_ + pos, n);
+    return n;
+  }
+
+ private:
+  const char* data_;
+  std::size_t size_;
+};
+
 std::vector<char> read_whole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) io_error("cannot open checkpoint", path);
@@ -142,9 +162,30 @@ void load_checkpoint(torch::serialize::InputArchive& archive, const std::string&
 
 void load_checkpoint(torch::serialize::InputArchive& archive, const char* data, std::size_t size,
                      const std::string& name) {
-  if (const std::string damage = internal::zip_damage(data, size); !damage.empty())
+  std::vector<internal::ZipEntry> entries;
+  if (const std::string damage = internal::zip_damage(data, size, &entries); !damage.empty())
     throw ScalerError(errc::bad_checkpoint,
                       "checkpoint '" + name + "' is truncated or corrupt: " + damage);
+  // LibTorch's reader compiles the archive's code and unpickles without bounds checks: it reads
+  // only what ampactor's checkpoints hold.
+  try {
+    std::unique_ptr<caffe2::serialize::PyTorchStreamReader> zip;
+    internal::screen_archive(data, entries, [&](const internal::ZipEntry& e) {
+      try {
+        if (!zip)
+          zip = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
+              std::make_shared<MemoryReader>(data, size));
+        auto [bytes, n] = zip->getRecord(e.name.substr(e.name.find('/') + 1));
+        return std::string(static_cast<const char*>(bytes.get()), n);
+      } catch (const std::exception& x) {
+        throw internal::ArchiveProblem("record '" + internal::shown(e.name) +
+                                       "' does not inflate: " + first_line(x.what()));
+      }
+    });
+  } catch (const internal::ArchiveProblem& e) {
+    throw ScalerError(errc::bad_checkpoint,
+                      "checkpoint '" + name + "' is not one ampactor writes: " + e.what());
+  }
   try {
     torch::serialize::InputArchive fresh;
     fresh.load_from(data, size);
@@ -161,9 +202,16 @@ StateDict read_torch_state_dict(const std::string& path) {
 }
 
 StateDict read_torch_state_dict(const char* data, std::size_t size, const std::string& name) {
-  if (const std::string damage = internal::zip_damage(data, size); !damage.empty())
+  std::vector<internal::ZipEntry> entries;
+  if (const std::string damage = internal::zip_damage(data, size, &entries); !damage.empty())
     throw ScalerError(errc::bad_checkpoint,
                       "'" + name + "' is not a whole file written by torch.save: " + damage);
+  // torch.save stores every record as it is, so every one was checked against its CRC.
+  for (const internal::ZipEntry& e : entries)
+    if (e.deflated)
+      throw ScalerError(errc::bad_checkpoint,
+                        "'" + name + "' is not a file written by torch.save: " + "entry '" +
+                            internal::shown(e.name) + "' is compressed");
   // The pickle comes out of the (CRC-checked) zip through LibTorch's reader and is read by
   // ampactor's own strict one, never by LibTorch's unpickler.
   std::vector<char> pickle;

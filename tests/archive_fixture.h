@@ -17,11 +17,10 @@ inline std::string bytes_of(torch::serialize::OutputArchive& out) {
   return s.str();
 }
 
-/// `bytes` read back as an archive.
+/// `bytes` read back as an archive, through load_checkpoint's checks.
 inline torch::serialize::InputArchive archive_of(const std::string& bytes) {
-  std::istringstream s(bytes);
   torch::serialize::InputArchive in;
-  in.load_from(s);
+  load_checkpoint(in, bytes.data(), bytes.size(), "test archive");
   return in;
 }
 
