@@ -5,7 +5,9 @@
 # invariant fails it; the input is kept in $BUILD/fuzz-findings).
 #
 # Usage: cmake/asan-gate.sh   (BUILD=build-asan, FUZZ_SECONDS=60 by default; FUZZ_SECONDS=0 skips
-# the fuzzing, a longer FUZZ_SECONDS fuzzes longer and keeps growing $BUILD/fuzz-corpus)
+# the fuzzing, a longer FUZZ_SECONDS fuzzes longer and keeps growing $BUILD/fuzz-corpus; FUZZ_SEED
+# pins libFuzzer's seed, random by default: each run explores inputs the last did not, and a
+# failing input is kept whatever the seed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-asan}
@@ -39,7 +41,7 @@ fuzz() {
   mkdir -p "$corpus"
   echo "asan-gate: fuzzing $target for $FUZZ_SECONDS s"
   # The first folder is the corpus the run grows; the others are read-only seeds.
-  "$BUILD/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -seed="${FUZZ_SEED:-1}" -timeout=20 -rss_limit_mb=4096 \
+  "$BUILD/fuzz/$target" -max_total_time="$FUZZ_SECONDS" -seed="${FUZZ_SEED:-0}" -timeout=20 -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$BUILD/fuzz-findings/$target-" "$corpus" "$@" \
     >"$BUILD/$target.log" 2>&1 ||
     {
@@ -47,7 +49,7 @@ fuzz() {
       echo "asan-gate: $target found a failing input (in $BUILD/fuzz-findings)" >&2
       return 1
     }
-  grep -E "^stat::number_of_executed_units|^stat::new_units_added|DONE" "$BUILD/$target.log" || true
+  grep -E "^INFO: Seed:|^stat::number_of_executed_units|^stat::new_units_added|DONE" "$BUILD/$target.log" || true
 }
 fuzz ampactor-fuzz-trace -dict="$SRC/fuzz/trace.dict" "$SRC/tests/traces"
-fuzz ampactor-fuzz-checkpoint "$SRC/fuzz/corpus/checkpoint"
+fuzz ampactor-fuzz-checkpoint -dict="$SRC/fuzz/checkpoint.dict" "$SRC/fuzz/corpus/checkpoint"
