@@ -1,5 +1,7 @@
 #include "pickle_dict.h"
 
+#include "pickle_bytes.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -23,9 +25,9 @@ const char* kind(const Item& i) {
   return names[i.index()];
 }
 
-class Reader {
+class Reader : PickleBytes<PickleProblem> {
  public:
-  Reader(const char* data, std::size_t size) : p_(data), size_(size) {}
+  Reader(const char* data, std::size_t size) : PickleBytes(data, size, "") {}
 
   StateDict run() {
     StateDict dict;
@@ -102,22 +104,6 @@ class Reader {
   }
 
  private:
-  [[noreturn]] void fail(std::size_t at, const std::string& why) const {
-    throw PickleProblem(why + " (byte " + std::to_string(at) + ")");
-  }
-  const char* bytes(std::size_t n) {
-    if (n > size_ - pos_) fail(pos_, "the pickle ends inside an opcode");
-    const char* out = p_ + pos_;
-    pos_ += n;
-    return out;
-  }
-  std::uint64_t unsigned_le(std::size_t n) {
-    const auto* b = reinterpret_cast<const unsigned char*>(bytes(n));
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      v |= std::uint64_t(b[i]) << (8 * i);
-    return v;
-  }
   std::string text(std::uint64_t n) { return std::string(bytes(n), n); }
   std::int64_t long1(std::size_t at) {
     const std::size_t n = static_cast<unsigned char>(bytes(1)[0]);
@@ -167,9 +153,6 @@ class Reader {
     stack_.resize(target + 1);
   }
 
-  const char* p_;
-  std::size_t size_;
-  std::size_t pos_ = 0;
   std::vector<Item> stack_;
 };
 

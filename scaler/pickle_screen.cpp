@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "archive_screen.h"
+#include "pickle_bytes.h"
 
 namespace ampactor::internal {
 
@@ -49,11 +50,14 @@ bool is_device(const std::string& s) {
   return true;
 }
 
-class Screen {
+class Screen : PickleBytes<ArchiveProblem> {
  public:
   Screen(const char* data, std::size_t size, const ClassTable& classes,
          const StorageTable& storages, std::set<std::string>& used)
-      : p_(data), size_(size), classes_(classes), storages_(storages), used_(used) {}
+      : PickleBytes(data, size, "data.pkl: "),
+        classes_(classes),
+        storages_(storages),
+        used_(used) {}
 
   void run() {
     if (size_ < 2 || p_[0] != '\x80' || p_[1] != 2) fail(0, "not LibTorch's pickle protocol 2");
@@ -158,22 +162,6 @@ class Screen {
   }
 
  private:
-  [[noreturn]] void fail(std::size_t at, const std::string& why) const {
-    throw ArchiveProblem("data.pkl: " + why + " (byte " + std::to_string(at) + ")");
-  }
-  const char* bytes(std::uint64_t n) {
-    if (n > size_ - pos_) fail(pos_, "the pickle ends inside an opcode");
-    const char* out = p_ + pos_;
-    pos_ += n;
-    return out;
-  }
-  std::uint64_t unsigned_le(std::size_t n) {
-    const auto* b = reinterpret_cast<const unsigned char*>(bytes(n));
-    std::uint64_t v = 0;
-    for (std::size_t i = 0; i < n; ++i)
-      v |= std::uint64_t(b[i]) << (8 * i);
-    return v;
-  }
   std::string line(std::size_t at) {
     const void* nl = std::memchr(p_ + pos_, '\n', std::min<std::size_t>(size_ - pos_, 256));
     if (!nl) fail(at, "a GLOBAL without its end of line");
@@ -371,8 +359,6 @@ class Screen {
       fail(at, "a tensor that reaches past its storage");
   }
 
-  const char* p_;
-  std::size_t size_, pos_ = 0;
   const ClassTable& classes_;
   const StorageTable& storages_;
   std::set<std::string>& used_;
