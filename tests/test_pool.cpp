@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+#include <omp.h>
+
 #include "pool.h"
 
 using ampactor::kernels::cpu::parallel_run;
@@ -59,4 +61,39 @@ TEST_CASE("a run while another thread's run holds the pool runs alone on its cal
   REQUIRE(first.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   CHECK(first.get() == 2);
   CHECK(first_in);
+}
+
+TEST_CASE("run_shares runs on the main thread's OpenMP team and on the pool elsewhere") {
+  using ampactor::kernels::cpu::run_shares;
+  using ampactor::kernels::cpu::shares_on_omp_team;
+  // doctest runs the cases on the process's main thread.
+  auto check_run = [](bool on_team) {
+    std::mutex mu;
+    std::vector<int> ran(2, 0);
+    std::vector<bool> in_region(2, false);
+    const int shares = run_shares(2, [&](int t, int nt) {
+      std::lock_guard<std::mutex> lock(mu);
+      CHECK(nt == 2);
+      ++ran[std::size_t(t)];
+      in_region[std::size_t(t)] = omp_in_parallel() != 0;
+    });
+    CHECK(shares == 2);
+    for (int t = 0; t < 2; ++t) {
+      CHECK(ran[std::size_t(t)] == 1);
+      CHECK(in_region[std::size_t(t)] == on_team);
+    }
+  };
+#if defined(__SANITIZE_THREAD__)
+  CHECK_FALSE(shares_on_omp_team());  // ThreadSanitizer cannot see libgomp's barriers
+#else
+  CHECK(shares_on_omp_team());
+#endif
+  check_run(shares_on_omp_team());
+  bool other_on_team = true;
+  std::thread other([&] {
+    other_on_team = shares_on_omp_team();
+    check_run(false);
+  });
+  other.join();
+  CHECK_FALSE(other_on_team);
 }

@@ -1,6 +1,6 @@
 // The fused steps' driver: one parallel run per step, each thread an equal share of all the
-// spans' elements (so hundreds of small tensors cost one wake-up, not one each), on the kernels'
-// own worker pool (pool.h says why not OpenMP). No torch.
+// spans' elements (so hundreds of small tensors cost one wake-up, not one each), on the main
+// thread's OpenMP team or the kernels' own worker pool (pool.h's run_shares says which). No torch.
 #include <ampactor/kernels/fused_step.h>
 
 #include "cpu_features.h"
@@ -52,7 +52,7 @@ void run(const std::vector<StepSpan>& spans, const std::vector<Consts>& consts, 
       if (base >= hi) break;
     }
   };
-  cpu::parallel_run(threads, share);
+  cpu::run_shares(threads, share);
 }
 
 // The last-level cache's size (0 where the system does not say).

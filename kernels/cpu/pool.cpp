@@ -1,5 +1,8 @@
 #include "pool.h"
 
+#include <omp.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -84,6 +87,30 @@ int parallel_run(int n, const std::function<void(int, int)>& fn) {
   }
   static Pool pool;
   return pool.run(n, fn);
+}
+
+bool shares_on_omp_team() {
+#if defined(__SANITIZE_THREAD__)
+  return false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  return false;
+#endif
+#endif
+  static thread_local const bool main_thread = gettid() == getpid();
+  return main_thread;
+}
+
+int run_shares(int n, const std::function<void(int, int)>& fn) {
+  if (n <= 1 || !shares_on_omp_team()) return parallel_run(n, fn);
+  int shares = 1;
+#pragma omp parallel num_threads(n)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    if (t == 0) shares = nt;
+    fn(t, nt);
+  }
+  return shares;
 }
 
 }  // namespace ampactor::kernels::cpu

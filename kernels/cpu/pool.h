@@ -16,4 +16,17 @@ namespace ampactor::kernels::cpu {
 /// Returns the number of shares the work was cut into. fn must not throw.
 int parallel_run(int n, const std::function<void(int, int)>& fn);
 
+/// The passes' entry: fn(t, n) on the calling thread's OpenMP team where the caller is the
+/// process's main thread, else parallel_run. A trainer's LibTorch ops run on the main thread's
+/// team, whose idle workers libgomp keeps spinning for tens of ms after each op: there the pool's
+/// workers would share their cores with them (a 16 Mi step gains nothing from a second thread),
+/// while the team's own workers are awake. On any other thread (an optimizer thread) an OpenMP
+/// team would be a second team, which oversubscribes the cores and makes every team sleep
+/// between regions, so those use the pool. ThreadSanitizer builds always use the pool: it cannot
+/// see libgomp's barriers. Returns the number of shares. fn must not throw.
+int run_shares(int n, const std::function<void(int, int)>& fn);
+
+/// Whether run_shares on this thread runs on its OpenMP team.
+bool shares_on_omp_team();
+
 }  // namespace ampactor::kernels::cpu

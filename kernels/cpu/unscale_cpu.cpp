@@ -202,12 +202,12 @@ bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax) {
       bad |= run_task(op, jobs[t.job], t, inv, lt, absmax);
     return bad;
   }
-  // On the kernels' own pool (pool.h), as the fused step that may follow: an OpenMP team's
-  // worker would keep spinning on the core the step's next share needs.
+  // As the fused step that may follow: on the main thread's OpenMP team, else on the kernels'
+  // own pool (pool.h's run_shares says why).
   std::atomic<bool> found{false};
   std::mutex mu;
   const std::int64_t count = std::int64_t(tasks.size());
-  cpu::parallel_run(at::get_num_threads(), [&](int t, int nt) {
+  cpu::run_shares(at::get_num_threads(), [&](int t, int nt) {
     bool bad = false;
     float mx = 0;
     for (std::int64_t i = count * t / nt; i < count * (t + 1) / nt; ++i)

@@ -49,9 +49,10 @@ struct SgdConsts {
   bool l2 = false, first = false, nesterov = false;
 };
 
-/// Runs every span, parallel over `threads` threads (the caller and a pool of worker threads
-/// of the fused steps' own, not OpenMP's; 1: on the caller alone). Each thread takes an equal,
-/// cache-line aligned share of all the spans' elements together.
+/// Runs every span, parallel over `threads` threads (1: on the caller alone): on the main
+/// thread, its OpenMP team (LibTorch's, whose workers a trainer keeps awake); on any other
+/// thread, a pool of worker threads of the kernels' own, never a second OpenMP team. Each thread
+/// takes an equal, cache-line aligned share of all the spans' elements together.
 void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>& consts,
                int threads);
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,
