@@ -1,9 +1,9 @@
-// The worker pool behind every parallel CPU pass of ampactor's own (the unscale/check kernels and
-// the fused optimizer steps). Not an OpenMP team: OpenMP counts every team's threads, and once the
-// trainer's team and another team together outnumber the cores, every team stops spinning and
-// each of the trainer's many small parallel regions sleeps and wakes through the kernel; and a
-// team's workers keep spinning after its region, holding the core that the next pass (of another
-// team) needs. The pool's workers sleep on a condition variable between runs. No torch.
+// The worker pool behind ampactor's own parallel CPU passes (the unscale/check kernels and the
+// fused optimizer steps) off the main thread (run_shares below says where they run). Not an
+// OpenMP team: OpenMP counts every team's threads, and once the trainer's team and another team
+// together outnumber the cores, every team stops spinning and each of the trainer's many small
+// parallel regions sleeps and wakes through the kernel. The pool's workers sleep on a condition
+// variable between runs. No torch.
 #pragma once
 
 #include <functional>
