@@ -295,19 +295,29 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
 }
 
 void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<void()> fn) {
-  // One job: the grads arrive (this thread alone waits for them), the CPU's fp16 -> fp32 move
-  // unscales and checks them in the same pass and reports UnscaleDone, fn steps, and the new
-  // weights are staged for the trainer, even when fn fails (as the spare is in step()).
+  // One job: the grads arrive (this thread alone waits for them) and are checked and unscaled on
+  // the CPU, which reports UnscaleDone; fn steps, and the new weights are staged for the trainer,
+  // even when fn fails (as the spare is in step()). The CPU's fp16 -> fp32 move does the check
+  // and the unscale in one pass; a fused optimizer instead checks the pinned grads, reads them
+  // in its step and writes the pinned weights in place: no fp32 grads, no separate cast.
   auto job = [this, &opt, fn = std::move(fn)] {
     const std::vector<at::Tensor> grads = offload_->receive_grads();
+    JobContext* ctx = JobContext::current();
+    const bool fused = fuses(opt);
     try {
-      JobContext::current()->move_and_unscale_(opt, grads, masters_);
+      if (fused)
+        ctx->check_for_fused_(opt, grads, masters_, offload_->weights_to_write());
+      else
+        ctx->move_and_unscale_(opt, grads, masters_);
       if (fn) fn();
     } catch (...) {
       offload_->stage_weights(masters_);
       throw;
     }
-    offload_->stage_weights(masters_);
+    if (fused && ctx->wrote_weights(opt))
+      offload_->weights_written();
+    else
+      offload_->stage_weights(masters_);
   };
   const std::vector<at::Tensor> grads = model_grads();
   if (options_.staleness() == 0) {

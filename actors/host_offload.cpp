@@ -110,6 +110,11 @@ const std::vector<at::Tensor>& HostOffload::receive_grads() {
   return grads_;
 }
 
+std::vector<at::Tensor>& HostOffload::weights_to_write() {
+  in_.synchronize();  // the last exchange has read weights_
+  return weights_;
+}
+
 void HostOffload::stage_weights(const std::vector<at::Tensor>& masters) {
   in_.synchronize();  // the last exchange has read weights_
   at::AutoGradMode no_grad(false);

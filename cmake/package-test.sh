@@ -33,13 +33,17 @@ if [ -x "$work/find/data_parallel" ]; then
 fi
 
 echo "== the link line without CMake (README)"
-PREFIX="$work/prefix"
-g++ -std=c++17 -O1 "$src/examples/async_steps.cpp" -o "$work/async_steps-bare" \
-  -I$PREFIX/include -I/usr/include/torch/csrc/api/include \
-  -L$PREFIX/lib -lampactor_trace -lampactor_actors -lampactor_keeper -lampactor_messages \
-  -lampactor_protocol -lampactor_scaler -lampactor_optim -lampactor_kernels -lampactor_core \
-  -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
-"$work/async_steps-bare" "$work/run-bare.jsonl"
+if [ -d /usr/include/torch/csrc/api/include ]; then
+  PREFIX="$work/prefix"
+  g++ -std=c++17 -O1 "$src/examples/async_steps.cpp" -o "$work/async_steps-bare" \
+    -I$PREFIX/include -I/usr/include/torch/csrc/api/include \
+    -L$PREFIX/lib -lampactor_trace -lampactor_actors -lampactor_keeper -lampactor_messages \
+    -lampactor_protocol -lampactor_scaler -lampactor_optim -lampactor_kernels -lampactor_core \
+    -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
+  "$work/async_steps-bare" "$work/run-bare.jsonl"
+else
+  echo "skipped: the README's line is for Debian's LibTorch (/usr/include/torch)"
+fi
 
 echo "== add_subdirectory(ampactor)"
 cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \

@@ -3,9 +3,9 @@
 #include <ampactor/scaler/errors.h>
 
 #include <ATen/Parallel.h>
-#include <c10/util/StringUtil.h>
 
 #include <cmath>
+#include <sstream>
 
 namespace ampactor {
 
@@ -106,8 +106,23 @@ bool skipped(const ScaledStep& step) {
   return step.found_inf().defined() && step.found_inf().item<float>() != 0.0f;
 }
 
-std::string key_of(const at::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
+namespace {
+
+template <class Key>
+Key key_for(void* impl) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;  // as c10::guts::to_string printed it
+    os << impl;
+    return os.str();
+  } else {
+    return impl;
+  }
+}
+
+}  // namespace
+
+StateKey key_of(const at::Tensor& p) {
+  return key_for<StateKey>(p.unsafeGetTensorImpl());
 }
 
 int threads_of(const FusedOptions& o) {

@@ -6,6 +6,8 @@
 #include <ampactor/optim/fused.h>
 
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace ampactor::optim::detail {
@@ -24,8 +26,11 @@ std::vector<Slot> collect(const std::vector<torch::optim::OptimizerParamGroup>& 
                           const ScaledStep& step, const char* who);
 /// Whether found_inf says to skip.
 bool skipped(const ScaledStep& step);
-/// The key torch::optim keeps a parameter's state under.
-std::string key_of(const at::Tensor& p);
+/// The key torch::optim keeps a parameter's state under: the TensorImpl's address, printed in
+/// LibTorch 1.x (a std::string), as is in 2.x (a void*).
+using StateKey =
+    std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+StateKey key_of(const at::Tensor& p);
 /// The step's thread count.
 int threads_of(const FusedOptions& o);
 /// Whether the slot (and its state tensors) can take the fused loop: an fp32 master, everything

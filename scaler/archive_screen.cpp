@@ -293,11 +293,18 @@ void screen_archive(const char* data, const std::vector<ZipEntry>& entries,
     };
     if (rel == "version") {
       version = true;
-      if (!holds(kVersion)) refuse("record 'version' is not the '3' LibTorch 1.13 writes");
+      if (!holds(kVersion)) refuse("record 'version' is not the '3' LibTorch writes");
     } else if (rel == "constants.pkl") {
       constants = true;
       if (!holds(kConstants))
         refuse("record 'constants.pkl' is not the empty table of constants LibTorch writes");
+    } else if (rel == "byteorder") {  // LibTorch 2.x; "big" would have it swap every tensor
+      if (!holds("little"))
+        refuse("record 'byteorder' is not the 'little' LibTorch 2.x writes on this machine");
+    } else if (rel == ".data/serialization_id") {  // LibTorch 2.x: 40 decimal digits
+      const char* id = data + e.data_at;
+      if (e.size != 40 || !std::all_of(id, id + 40, [](char c) { return c >= '0' && c <= '9'; }))
+        refuse("record '.data/serialization_id' is not the 40 digits LibTorch 2.x writes");
     } else if (rel == "data.pkl") {
       pickle = &e;
     } else if (starts_with(rel, "data/") && is_number(rel.substr(5))) {

@@ -143,6 +143,27 @@ TEST_CASE("A zip laid out by hand loads with data descriptors and without") {
   }
 }
 
+TEST_CASE("LibTorch 2.x's byteorder and serialization_id load as it writes them, and only so") {
+  // LibTorch 2.x adds both records to every archive; 1.13 writes neither and ignores them.
+  ampactor::test::Records base;
+  for (auto& r : ampactor::test::records_of(scaler_archive()))
+    if (r.first != "byteorder" && r.first != ".data/serialization_id") base.push_back(r);
+  auto with = [&](const std::string& order, const std::string& id) {
+    ampactor::test::Records r = base;
+    r.emplace_back("byteorder", order);
+    r.emplace_back(".data/serialization_id", id);
+    return ampactor::test::plain_zip(r, true);
+  };
+  const std::string id(40, '7');
+  CHECK(load_refusal(ampactor::test::plain_zip(base, true)).code == errc{});
+  CHECK(load_refusal(with("little", "0053167805114163985304933824767093521420")).code == errc{});
+  check_refused(with("big", id), "record 'byteorder' is not the 'little'");
+  check_refused(with("little\n", id), "record 'byteorder' is not the 'little'");
+  check_refused(with("little", id + "1"), "record '.data/serialization_id' is not the 40 digits");
+  check_refused(with("little", std::string(39, '7') + "x"),
+                "record '.data/serialization_id' is not the 40 digits");
+}
+
 TEST_CASE("The zip check refuses what LibTorch's reader could read otherwise than it checked") {
   struct Case {
     const char* what;

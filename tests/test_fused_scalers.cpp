@@ -3,6 +3,7 @@
 #include <ampactor/optim/fused.h>
 
 #include "async_optimizer_fixture.h"
+#include "tensor_helpers.h"
 
 namespace {
 
@@ -26,11 +27,30 @@ struct Outcome {
   int skipped = 0;
 };
 
-bool same(const Outcome& a, const Outcome& b) {
+/// The same scale and skips, and the same parameters: bit for bit, but for Adam and AdamW against
+/// LibTorch 2.x (kTorchSqrtRounded), whose sqrt may be an ulp off at each step of a run that
+/// feeds its weights back into its grads; there within 16 ulps of the parameters' dtype,
+/// relative to the tensor's largest value.
+bool same(const Outcome& a, const Outcome& b, const std::string& kind) {
   if (a.scale != b.scale || a.skipped != b.skipped || a.params.size() != b.params.size())
     return false;
-  for (std::size_t i = 0; i < a.params.size(); ++i)
-    if (!a.params[i].equal(b.params[i])) return false;
+  const bool exact = ampactor::test::kTorchSqrtRounded || kind == "sgd";
+  for (std::size_t i = 0; i < a.params.size(); ++i) {
+    if (exact) {
+      if (!a.params[i].equal(b.params[i])) return false;
+      continue;
+    }
+    const at::Tensor x = a.params[i].detach().to(at::kDouble),
+                     y = b.params[i].detach().to(at::kDouble);
+    const double eps = c10::ScalarType::Float == a.params[i].scalar_type() ? 0x1p-23
+                       : a.params[i].scalar_type() == at::kHalf            ? 0x1p-10
+                                                                           : 0x1p-7;
+    const double rel =
+        (x - y).abs().max().item<double>() / std::max(y.abs().max().item<double>(), 1e-30);
+    MESSAGE(kind << ": parameter " << i << " differs by " << rel / eps
+                 << " ulps (relative to its largest)");
+    if (!(rel <= 16 * eps)) return false;
+  }
   return true;
 }
 
@@ -123,7 +143,9 @@ Outcome pipeline_run(const std::string& kind, bool fused, at::ScalarType dtype,
 
 }  // namespace
 
-TEST_CASE("LocalGradScaler with a fused optimizer: the run of torch::optim's, bit for bit") {
+TEST_CASE(
+    "LocalGradScaler with a fused optimizer: the run of torch::optim's (bit for bit; LibTorch 2.x "
+    "Adam within ulps)") {
   for (const char* kind : kKinds)
     for (int clip_every : {0, 2}) {  // 2: unscale_ (and clip) before every other step
       CAPTURE(std::string(kind));
@@ -131,16 +153,18 @@ TEST_CASE("LocalGradScaler with a fused optimizer: the run of torch::optim's, bi
       const Outcome ref = local_run(kind, false, clip_every, 30);
       const Outcome got = local_run(kind, true, clip_every, 30);
       CHECK(ref.skipped == 4);  // the poisoned iterations (3, 10, 17, 24), skipped
-      CHECK(same(ref, got));
+      CHECK(same(ref, got, kind));
     }
 }
 
-TEST_CASE("GradScaler with a fused optimizer: the run of torch::optim's, bit for bit") {
+TEST_CASE(
+    "GradScaler with a fused optimizer: the run of torch::optim's (bit for bit; LibTorch 2.x Adam "
+    "within ulps)") {
   for (const char* kind : kKinds) {
     CAPTURE(std::string(kind));
     const Outcome ref = actor_run(kind, false, 30);
     CHECK(ref.skipped == 4);
-    CHECK(same(ref, actor_run(kind, true, 30)));
+    CHECK(same(ref, actor_run(kind, true, 30), kind));
   }
 }
 
@@ -155,7 +179,9 @@ TEST_CASE("LocalGradScaler steps a fused optimizer without unscaling its grads")
   CHECK(s.found_inf(opt) == std::optional<bool>(false));
 }
 
-TEST_CASE("AsyncOptimizer with a fused optimizer: the run of torch::optim's, at every option") {
+TEST_CASE(
+    "AsyncOptimizer with a fused optimizer: the run of torch::optim's at every option (bit for "
+    "bit; LibTorch 2.x Adam within ulps)") {
   struct Mode {
     const char* name;
     AsyncOptimizerOptions o;
@@ -176,6 +202,6 @@ TEST_CASE("AsyncOptimizer with a fused optimizer: the run of torch::optim's, at 
         const Outcome ref = pipeline_run(kind, false, dtype, mode.o, 20);
         const Outcome got = pipeline_run(kind, true, dtype, mode.o, 20);
         CHECK(ref.skipped >= 2);
-        CHECK(same(ref, got));
+        CHECK(same(ref, got, kind));
       }
 }

@@ -36,7 +36,8 @@ inline std::string record_of(const std::string& bytes, const std::string& name) 
   throw std::runtime_error("no record " + name);
 }
 
-/// The archive LibTorch's writer makes of `records` (it writes "version" itself).
+/// The archive LibTorch's writer makes of `records` (it writes "version" itself, and LibTorch
+/// 2.x a serialization id).
 inline std::string archive_with(const Records& records) {
   std::string out;
   {
@@ -45,7 +46,8 @@ inline std::string archive_with(const Records& records) {
       return n;
     });
     for (const auto& [name, data] : records)
-      if (name != "version") w.writeRecord(name, data.data(), data.size());
+      if (name != "version" && name != ".data/serialization_id")
+        w.writeRecord(name, data.data(), data.size());
   }
   return out;
 }

@@ -37,6 +37,11 @@ class HostOffload {
   /// Optimizer thread: writes the masters into the pinned host weights (cast to the model's
   /// dtype), once the last exchange has finished reading them.
   void stage_weights(const std::vector<at::Tensor>& masters);
+  /// Optimizer thread: the pinned host weights, for a fused step to write in place, once the
+  /// last exchange has finished reading them. Call weights_written() once they hold the step's
+  /// weights, or stage_weights() where the step wrote none (a skipped step).
+  std::vector<at::Tensor>& weights_to_write();
+  void weights_written() { staged_.store(true, std::memory_order_release); }
 
   c10::Device device() const { return device_; }
 
