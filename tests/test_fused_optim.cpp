@@ -87,7 +87,7 @@ void compare(const Run& r) {
 }  // namespace
 
 TEST_CASE(
-    "fused optimizers equal torch::optim (bit for bit; LibTorch 2.x Adam within ulps): every "
+    "fused optimizers equal torch::optim (bit for bit, LibTorch 2.x Adam within ulps): every "
     "configuration, fp32 grads") {
   for (const OptConfig& c : configs())
     for (int threads : {1, 2})
@@ -95,7 +95,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "fused optimizers equal torch::optim (bit for bit; LibTorch 2.x Adam within ulps): fp16 and "
+    "fused optimizers equal torch::optim (bit for bit, LibTorch 2.x Adam within ulps): fp16 and "
     "bf16 grads and weights") {
   for (const OptConfig& c : configs())
     for (at::ScalarType t : {at::kHalf, at::kBFloat16})
@@ -103,7 +103,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "fused optimizers equal torch::optim (bit for bit; LibTorch 2.x Adam within ulps) on "
+    "fused optimizers equal torch::optim (bit for bit, LibTorch 2.x Adam within ulps) on "
     "transposed and sliced parameters") {
   for (const OptConfig& c : configs())
     for (Layout l : {Layout::transposed, Layout::sliced})

@@ -144,7 +144,7 @@ Outcome pipeline_run(const std::string& kind, bool fused, at::ScalarType dtype,
 }  // namespace
 
 TEST_CASE(
-    "LocalGradScaler with a fused optimizer: the run of torch::optim's (bit for bit; LibTorch 2.x "
+    "LocalGradScaler with a fused optimizer: the run of torch::optim's (bit for bit, LibTorch 2.x "
     "Adam within ulps)") {
   for (const char* kind : kKinds)
     for (int clip_every : {0, 2}) {  // 2: unscale_ (and clip) before every other step
@@ -158,7 +158,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "GradScaler with a fused optimizer: the run of torch::optim's (bit for bit; LibTorch 2.x Adam "
+    "GradScaler with a fused optimizer: the run of torch::optim's (bit for bit, LibTorch 2.x Adam "
     "within ulps)") {
   for (const char* kind : kKinds) {
     CAPTURE(std::string(kind));
@@ -181,7 +181,7 @@ TEST_CASE("LocalGradScaler steps a fused optimizer without unscaling its grads")
 
 TEST_CASE(
     "AsyncOptimizer with a fused optimizer: the run of torch::optim's at every option (bit for "
-    "bit; LibTorch 2.x Adam within ulps)") {
+    "bit, LibTorch 2.x Adam within ulps)") {
   struct Mode {
     const char* name;
     AsyncOptimizerOptions o;
