@@ -236,16 +236,18 @@ TEST_CASE(
   // unscale with one fp32 product and cast with one rounding, so nothing may differ.
   const int n = 16;
   for (int staleness : {0, 1})
-    for (auto [fused, plain] :
-         {std::pair<const char*, const char*>{"fused-adam", "adam"}, {"fused-sgd", "sgd"}}) {
+    for (const auto& kinds :
+         {std::pair<std::string, std::string>{"fused-adam", "adam"}, {"fused-sgd", "sgd"}}) {
+      const std::string& fused = kinds.first;  // no structured binding: CAPTURE's lambda takes it
+      const std::string& plain = kinds.second;
       CAPTURE(staleness);
-      CAPTURE(std::string(fused));
+      CAPTURE(fused);
       const Run a = train(fused, at::Device(at::kCPU), staleness, n);
       const Run b = train(plain, at::Device(at::kCPU), staleness, n);
       CHECK(a.scales == b.scales);
       CHECK(a.skipped == b.skipped);
       CHECK(std::count(a.skipped.begin(), a.skipped.end(), true) == n / 7 + (n % 7 > 3));
-      if (!ampactor::test::kTorchSqrtRounded && std::string(plain) == "adam") {
+      if (!ampactor::test::kTorchSqrtRounded && plain == "adam") {
         // LibTorch 2.x's Adam takes a sqrt that is not correctly rounded (tensor_helpers.h):
         // within 16 ulps of the dtype, relative to each tensor's largest value.
         CHECK(max_rel_diff(a.masters, b.masters) <= 16 * 0x1p-23);
