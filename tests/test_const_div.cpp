@@ -12,28 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "cpu_features.h"
-#include "optim_loops.h"
+#include "optim_tables.h"
 
 #include <ampactor/kernels/fused_step.h>
 
 using ampactor::kernels::cpu::OptimLoopTable;
 
 namespace {
-
-std::vector<const OptimLoopTable*> optim_tables() {
-  namespace cpu = ampactor::kernels::cpu;
-  std::vector<const OptimLoopTable*> out{&cpu::baseline_optim_loops()};
-  if (cpu::has_avx2_f16c_fma())
-    out.push_back(&cpu::avx2_optim_loops());
-  else
-    MESSAGE("this CPU has no AVX2/F16C/FMA: the AVX2 loops are not tested");
-  if (cpu::has_avx512())
-    out.push_back(&cpu::avx512_optim_loops());
-  else
-    MESSAGE("this CPU has no AVX-512 F/BW/VL/DQ: the AVX-512 loops are not tested");
-  return out;
-}
 
 float from_bits(std::uint32_t b) {
   float f;

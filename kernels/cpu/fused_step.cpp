@@ -9,6 +9,9 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
+#include <string_view>
+
 namespace ampactor::kernels {
 namespace {
 
@@ -65,6 +68,16 @@ std::int64_t llc_bytes() {
   return bytes;
 }
 
+// Whether steps beyond the cache stream the weights (stream_weight): yes, unless
+// AMPACTOR_STREAM_WEIGHTS=0, which benchmarks use to measure what streaming gains.
+bool streaming_allowed() {
+  static const bool on = [] {
+    const char* e = std::getenv("AMPACTOR_STREAM_WEIGHTS");
+    return e == nullptr || std::string_view(e) != "0";
+  }();
+  return on;
+}
+
 std::int64_t elem_bytes(StepElem t) {
   return t == StepElem::f32 ? 4 : 2;
 }
@@ -77,16 +90,25 @@ void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>
   for (const StepSpan& s : spans)
     bytes += s.n * (12 + (s.vmax ? 4 : 0) + elem_bytes(s.grad_type) +
                     (s.weight ? elem_bytes(s.weight_type) : 0));
-  if (bytes > llc_bytes()) return run(spans, consts, threads, table().adam);
-  std::vector<AdamConsts> in_cache = consts;
-  for (AdamConsts& c : in_cache)
-    c.reciprocal = true;
-  run(spans, in_cache, threads, table().adam);
+  std::vector<AdamConsts> cs = consts;
+  const bool in_cache = bytes <= llc_bytes();
+  for (AdamConsts& c : cs) {
+    c.reciprocal = in_cache;
+    c.stream_weight = !in_cache && llc_bytes() > 0 && streaming_allowed();
+  }
+  run(spans, cs, threads, table().adam);
 }
 
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,
               int threads) {
-  run(spans, consts, threads, table().sgd);
+  std::int64_t bytes = 0;
+  for (const StepSpan& s : spans)
+    bytes += s.n * (4 + (s.m ? 8 : 0) + elem_bytes(s.grad_type) +
+                    (s.weight ? elem_bytes(s.weight_type) : 0));
+  std::vector<SgdConsts> cs = consts;
+  for (SgdConsts& c : cs)
+    c.stream_weight = llc_bytes() > 0 && bytes > llc_bytes() && streaming_allowed();
+  run(spans, cs, threads, table().sgd);
 }
 
 const char* fused_step_variant() {

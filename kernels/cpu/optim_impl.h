@@ -86,13 +86,17 @@ struct Ymm {  // 8 lanes, AVX2 + F16C + FMA
     if constexpr (G == StepElem::bf16) return bf16x8_to_float(_mm_loadu_si128(h));
   }
   // (No pointer arithmetic for Out::none: p is null there.)
+  // nt: a non-temporal store (the address aligned to the vector's width, see aligned_from).
   template <Out W>
-  static void store_weight(void* p, std::int64_t i, V x) {
+  static void store_weight(void* p, std::int64_t i, V x, bool nt) {
     auto h = [&] { return reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i); };
-    if constexpr (W == Out::f32) _mm256_storeu_ps(static_cast<float*>(p) + i, x);
-    if constexpr (W == Out::f16)
-      _mm_storeu_si128(h(), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    if constexpr (W == Out::bf16) _mm_storeu_si128(h(), float_to_bf16x8(x));
+    auto put = [&](__m128i b) { nt ? _mm_stream_si128(h(), b) : _mm_storeu_si128(h(), b); };
+    if constexpr (W == Out::f32) {
+      float* f = static_cast<float*>(p) + i;
+      nt ? _mm256_stream_ps(f, x) : _mm256_storeu_ps(f, x);
+    }
+    if constexpr (W == Out::f16) put(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if constexpr (W == Out::bf16) put(float_to_bf16x8(x));
   }
 };
 #endif
@@ -125,12 +129,15 @@ struct Zmm {  // 16 lanes, AVX-512 F/BW/VL/DQ
     if constexpr (G == StepElem::bf16) return bf16x16_to_float(_mm256_loadu_si256(h));
   }
   template <Out W>
-  static void store_weight(void* p, std::int64_t i, V x) {
+  static void store_weight(void* p, std::int64_t i, V x, bool nt) {
     auto h = [&] { return reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i); };
-    if constexpr (W == Out::f32) _mm512_storeu_ps(static_cast<float*>(p) + i, x);
-    if constexpr (W == Out::f16)
-      _mm256_storeu_si256(h(), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    if constexpr (W == Out::bf16) _mm256_storeu_si256(h(), float_to_bf16x16(x));
+    auto put = [&](__m256i b) { nt ? _mm256_stream_si256(h(), b) : _mm256_storeu_si256(h(), b); };
+    if constexpr (W == Out::f32) {
+      float* f = static_cast<float*>(p) + i;
+      nt ? _mm512_stream_ps(f, x) : _mm512_storeu_ps(f, x);
+    }
+    if constexpr (W == Out::f16) put(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if constexpr (W == Out::bf16) put(float_to_bf16x16(x));
   }
 };
 #endif
@@ -156,7 +163,8 @@ inline typename T::V div_by(typename T::V a, typename T::V c, typename T::V y, t
 
 // The Adam loop's vector body; returns where it stopped.
 template <typename T, StepElem G, Out W>
-std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end,
+                      bool nt) {
   using V = typename T::V;
   float* __restrict p = s.param;
   float* __restrict m = s.m;
@@ -184,14 +192,15 @@ std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, st
     const V d = T::add(recip ? div_by<T>(a, sbc2, rbc2, inf) : T::div(a, sbc2), eps);
     x = T::add(x, T::div(T::mul(neg, mi), d));
     T::store(p + i, x);
-    T::template store_weight<W>(s.weight, i, x);
+    T::template store_weight<W>(s.weight, i, x, nt);
   }
   return i;
 }
 
 // The SGD loop's vector body; returns where it stopped.
 template <typename T, StepElem G, Out W>
-std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
+std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end,
+                     bool nt) {
   using V = typename T::V;
   float* __restrict p = s.param;
   float* __restrict m = s.m;
@@ -208,23 +217,36 @@ std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std:
     }
     x = T::fmadd(d, neg, x);
     T::store(p + i, x);
-    T::template store_weight<W>(s.weight, i, x);
+    T::template store_weight<W>(s.weight, i, x, nt);
   }
   return i;
 }
 
+// Where the vector loops start when the weights are streamed (stream_weight): the first element
+// from i whose weight address is a multiple of the widest vector store, so that every
+// non-temporal store is aligned; the elements before it take the scalar loop. -1: no streaming
+// (not asked for, no vector loop, no weight, or too few elements to be worth it).
+#if defined(AMPACTOR_HAVE_AVX512)
+constexpr std::uintptr_t kWidest = 16;  // lanes of the widest vector loop (0: none)
+#elif defined(AMPACTOR_HAVE_F16C)
+constexpr std::uintptr_t kWidest = 8;
+#else
+constexpr std::uintptr_t kWidest = 0;
+#endif
+template <Out W>
+std::int64_t nt_start(const void* w, bool asked, std::int64_t i, std::int64_t end) {
+  constexpr std::uintptr_t elem = W == Out::f32 ? 4 : 2, width = kWidest ? kWidest * elem : 1;
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(w) + std::uintptr_t(i) * elem;
+  if (W == Out::none || kWidest == 0 || !asked || a % elem != 0 || end - i < 256) return -1;
+  return i + std::int64_t((width - a % width) % width / elem);
+}
+
 template <StepElem G, Out W>
-void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+void adam_scalar(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
   float* __restrict p = s.param;
   float* __restrict m = s.m;
   float* __restrict v = s.v;
   float* __restrict vmax = s.vmax;
-#ifdef AMPACTOR_HAVE_AVX512
-  i = adam_vec<Zmm, G, W>(s, c, i, end);  // the 8-lane loop takes a remaining 8
-#endif
-#ifdef AMPACTOR_HAVE_F16C
-  i = adam_vec<Ymm, G, W>(s, c, i, end);
-#endif
   for (; i < end; ++i) {
     float g = load1<G>(s.grad, i) * c.inv;
     float x = p[i];
@@ -243,15 +265,24 @@ void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int6
 }
 
 template <StepElem G, Out W>
-void sgd_loop(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
-  float* __restrict p = s.param;
-  float* __restrict m = s.m;
+void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+  const std::int64_t start = nt_start<W>(s.weight, c.stream_weight, i, end);
+  const bool nt = start >= 0;
+  if (nt) adam_scalar<G, W>(s, c, i, start), i = start;
 #ifdef AMPACTOR_HAVE_AVX512
-  i = sgd_vec<Zmm, G, W>(s, c, i, end);
+  i = adam_vec<Zmm, G, W>(s, c, i, end, nt);  // the 8-lane loop takes a remaining 8
 #endif
 #ifdef AMPACTOR_HAVE_F16C
-  i = sgd_vec<Ymm, G, W>(s, c, i, end);
+  i = adam_vec<Ymm, G, W>(s, c, i, end, nt);
+  if (nt) _mm_sfence();  // the streamed weights are ordered before whatever the caller does next
 #endif
+  adam_scalar<G, W>(s, c, i, end);
+}
+
+template <StepElem G, Out W>
+void sgd_scalar(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
+  float* __restrict p = s.param;
+  float* __restrict m = s.m;
   for (; i < end; ++i) {
     float d = load1<G>(s.grad, i) * c.inv;
     float x = p[i];
@@ -265,6 +296,21 @@ void sgd_loop(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_
     p[i] = x;
     store1<W>(s.weight, i, x);
   }
+}
+
+template <StepElem G, Out W>
+void sgd_loop(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
+  const std::int64_t start = nt_start<W>(s.weight, c.stream_weight, i, end);
+  const bool nt = start >= 0;
+  if (nt) sgd_scalar<G, W>(s, c, i, start), i = start;
+#ifdef AMPACTOR_HAVE_AVX512
+  i = sgd_vec<Zmm, G, W>(s, c, i, end, nt);
+#endif
+#ifdef AMPACTOR_HAVE_F16C
+  i = sgd_vec<Ymm, G, W>(s, c, i, end, nt);
+  if (nt) _mm_sfence();
+#endif
+  sgd_scalar<G, W>(s, c, i, end);
 }
 
 // out[i] = a[i] / c as the Adam loops divide by sqrt_bc2 (for tests).

@@ -39,6 +39,10 @@ struct AdamConsts {
   // more instructions). adam_step sets it where the step's arrays fit the last-level cache, so
   // that the divide unit bounds the loop; beyond the cache memory does, and the divide is ahead.
   bool reciprocal = false;
+  // Write the model's weights with non-temporal stores: beyond the last-level cache a weight
+  // line need not be read before it is overwritten (2 of the step's 32 bytes per parameter),
+  // and the next user reads it from memory either way. adam_step and sgd_step set it there.
+  bool stream_weight = false;
 };
 
 /// SGD. d = grad * inv; d = fma(p, wd, d) if l2; with momentum: m = d on the first step, else
@@ -47,6 +51,7 @@ struct AdamConsts {
 struct SgdConsts {
   float inv = 1, wd = 0, momentum = 0, omdamp = 1, neg_lr = 0;
   bool l2 = false, first = false, nesterov = false;
+  bool stream_weight = false;  // as AdamConsts'
 };
 
 /// Runs every span, parallel over `threads` threads (1: on the caller alone): on the main
