@@ -1,9 +1,10 @@
 // ampactor-bench-optim: the fused scaled optimizer step against today's pipeline optimizer side
 // (the fused grad move + LibTorch's torch::optim::Adam + the masters cast to the weights) and
 // against the machine's ceiling (a read+write stream moving the bytes the step must read and
-// write), side by side: each repetition runs all three in turn, and the ratios are the medians
-// of each repetition's own ratio.
-// Both optimizer sides step copies of the same masters with the same grads, so they must end
+// write), side by side: each repetition runs every side in turn, and the ratios are the medians
+// of each repetition's own ratio. A fourth side runs the fused step with plain stores for the
+// weights (the default streams them beyond the cache).
+// The optimizer sides step copies of the same masters with the same grads, so they must end
 // bit for bit equal (checked and printed).
 #include <ampactor/kernels/fused_step.h>
 #include <ampactor/kernels/unscale.h>
@@ -108,14 +109,15 @@ int main(int argc, char** argv) {
             << reps << "\n\n";
   std::cout
       << "  params  dtype     thr |  today (move+Adam+cast) |  fused (check+step) |  ceiling "
-         "(r+w stream, 30 B/param) | today/fused | fused/ceiling | today/ceiling | same masters\n";
+         "(r+w stream, 30 B/param) | today/fused | fused/ceiling | today/ceiling | plain st. | "
+         "plain/fused | same masters\n";
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string& dname : dtypes) {
     const at::ScalarType dt = dname == "bfloat16" ? at::kBFloat16 : at::kHalf;
     for (double m : mib) {
       const std::vector<std::int64_t> sizes = sizes_of(std::int64_t(m * (1 << 20)));
       std::vector<at::Tensor> grads, today_masters, today_master_grads, fused_masters,
-          today_weights, fused_weights;
+          today_weights, fused_weights, plain_masters, plain_weights;
       std::int64_t total = 0;
       for (std::int64_t n : sizes) {
         total += n;
@@ -125,8 +127,10 @@ int main(int argc, char** argv) {
         today_master_grads.push_back(at::zeros({n}));
         today_masters.back().mutable_grad() = today_master_grads.back();
         fused_masters.push_back(w.clone());
+        plain_masters.push_back(w.clone());
         today_weights.push_back(w.to(dt));
         fused_weights.push_back(w.to(dt));
+        plain_weights.push_back(w.to(dt));
       }
       // What the step reads and writes per parameter: the check reads the grad (2 B), the step
       // reads grad, master, exp_avg, exp_avg_sq (14 B) and writes them back and the weight (14 B).
@@ -137,9 +141,11 @@ int main(int argc, char** argv) {
         torch::optim::Adam today(today_masters, torch::optim::AdamOptions(1e-3));
         ampactor::optim::FusedAdam fused(fused_masters, torch::optim::AdamOptions(1e-3),
                                          ampactor::optim::FusedOptions().threads(threads));
+        ampactor::optim::FusedAdam plain(plain_masters, torch::optim::AdamOptions(1e-3),
+                                         ampactor::optim::FusedOptions().threads(threads));
         const float inv = 1.0f / 65536;
         const at::Tensor found_inf = at::zeros({}, at::kFloat);
-        std::vector<double> t_today, t_fused, t_copy;
+        std::vector<double> t_today, t_fused, t_copy, t_plain;
         for (int r = 0; r < reps + 1; ++r) {  // the first round warms up (state allocation)
           settle();
           auto t0 = Clock::now();
@@ -157,33 +163,48 @@ int main(int argc, char** argv) {
               ampactor::optim::ScaledStep().inv_scale(inv).found_inf(f2).grads(grads).weights(
                   fused_weights));
           const double b = secs(t0);
+          // The same fused step with plain stores for the weights (the default streams them
+          // beyond the cache): what streaming gains.
+          settle();
+          ampactor::kernels::set_stream_weights(false);
+          t0 = Clock::now();
+          at::Tensor f3 = at::zeros({}, at::kFloat);
+          ampactor::kernels::check_finite(grads, f3);
+          plain.step_scaled(
+              ampactor::optim::ScaledStep().inv_scale(inv).found_inf(f3).grads(grads).weights(
+                  plain_weights));
+          const double d = secs(t0);
+          ampactor::kernels::set_stream_weights(true);
           settle();
           t0 = Clock::now();
           rmw_stream(words.data(), std::int64_t(words.size()), threads);
           const double c = secs(t0);
-          if (r > 0) t_today.push_back(a), t_fused.push_back(b), t_copy.push_back(c);
+          if (r > 0)
+            t_today.push_back(a), t_fused.push_back(b), t_copy.push_back(c), t_plain.push_back(d);
         }
         const double ta = median_of(t_today) * 1e3, tb = median_of(t_fused) * 1e3,
-                     tc = median_of(t_copy) * 1e3;
+                     tc = median_of(t_copy) * 1e3, td = median_of(t_plain) * 1e3;
         // The ratios pair each repetition's sides, measured within a few ms of each other, so
         // that the machine's drift between repetitions cancels out.
         // today/ceiling bounds today/fused for any step that moves the ceiling's bytes.
-        std::vector<double> today_by_fused, fused_by_ceiling, today_by_ceiling;
+        std::vector<double> today_by_fused, fused_by_ceiling, today_by_ceiling, plain_by_fused;
         for (std::size_t i = 0; i < t_fused.size(); ++i) {
+          plain_by_fused.push_back(t_plain[i] / t_fused[i]);
           today_by_fused.push_back(t_today[i] / t_fused[i]);
           fused_by_ceiling.push_back(t_fused[i] / t_copy[i]);
           today_by_ceiling.push_back(t_today[i] / t_copy[i]);
         }
         const double rf = median_of(today_by_fused), rc = median_of(fused_by_ceiling),
-                     rt = median_of(today_by_ceiling);
+                     rt = median_of(today_by_ceiling), rp = median_of(plain_by_fused);
         const bool same =
-            bits_equal(today_masters, fused_masters) && bits_equal(today_weights, fused_weights);
+            bits_equal(today_masters, fused_masters) && bits_equal(today_weights, fused_weights) &&
+            bits_equal(today_masters, plain_masters) && bits_equal(today_weights, plain_weights);
         std::cout << std::setw(6) << std::defaultfloat << std::setprecision(4) << m << " Mi  "
                   << std::setw(8) << dname << "  " << threads << "  | " << std::fixed
                   << std::setprecision(3) << std::setw(22) << ta << "  | " << std::setw(18) << tb
                   << "  | " << std::setw(28) << tc << "  | " << std::setw(10) << rf << "x | "
-                  << std::setw(12) << rc << "x | " << std::setw(12) << rt << "x | "
-                  << (same ? "yes" : "NO") << "\n";
+                  << std::setw(12) << rc << "x | " << std::setw(12) << rt << "x | " << std::setw(8)
+                  << td << " | " << std::setw(8) << rp << "x | " << (same ? "yes" : "NO") << "\n";
         rows.push_back({{"mparams", m},
                         {"dtype", dname},
                         {"threads", threads},
@@ -193,6 +214,8 @@ int main(int argc, char** argv) {
                         {"today_over_fused", rf},
                         {"today_over_ceiling", rt},
                         {"fused_over_ceiling", rc},
+                        {"fused_plain_stores_ms", td},
+                        {"plain_over_streamed", rp},
                         {"same_masters", same}});
       }
     }

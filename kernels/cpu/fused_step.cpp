@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string_view>
 
@@ -69,13 +70,17 @@ std::int64_t llc_bytes() {
 }
 
 // Whether steps beyond the cache stream the weights (stream_weight): yes, unless
-// AMPACTOR_STREAM_WEIGHTS=0, which benchmarks use to measure what streaming gains.
-bool streaming_allowed() {
-  static const bool on = [] {
+// AMPACTOR_STREAM_WEIGHTS=0 or set_stream_weights(false), which benchmarks use to measure what
+// streaming gains.
+std::atomic<bool>& streaming() {
+  static std::atomic<bool> on{[] {
     const char* e = std::getenv("AMPACTOR_STREAM_WEIGHTS");
     return e == nullptr || std::string_view(e) != "0";
-  }();
+  }()};
   return on;
+}
+bool streaming_allowed() {
+  return streaming().load(std::memory_order_relaxed);
 }
 
 std::int64_t elem_bytes(StepElem t) {
@@ -109,6 +114,14 @@ void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& 
   for (SgdConsts& c : cs)
     c.stream_weight = llc_bytes() > 0 && bytes > llc_bytes() && streaming_allowed();
   run(spans, cs, threads, table().sgd);
+}
+
+void set_stream_weights(bool on) {
+  streaming().store(on, std::memory_order_relaxed);
+}
+
+bool stream_weights() {
+  return streaming_allowed();
 }
 
 const char* fused_step_variant() {

@@ -63,6 +63,12 @@ void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,
               int threads);
 
+/// Whether steps whose arrays exceed the last-level cache write the model's weights with
+/// non-temporal stores (on unless AMPACTOR_STREAM_WEIGHTS=0 is in the environment). The bits are
+/// the same either way; the switch is for measuring what streaming gains.
+void set_stream_weights(bool on);
+bool stream_weights();
+
 /// The instruction-set variant the fused steps run: "avx512" where the CPU has AVX-512 F, BW, VL
 /// and DQ, else "avx2" where it has AVX2, F16C and FMA (both fuse the multiply-adds LibTorch's AVX2
 /// and AVX-512 kernels fuse, and give the same bits), else "baseline" (no FMA, as LibTorch's
