@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -80,7 +81,7 @@ std::vector<Case> cases() {
                                                  {StepElem::f16, StepElem::f32},
                                                  {StepElem::f32, StepElem::bf16}};
   for (auto [g, w] : types)
-    for (std::int64_t mis : {0, 1, 7, 15})
+    for (std::int64_t mis : {0, 1, 7, 15, 17, 31})
       for (std::int64_t begin : {0, 3, 16})
         for (std::int64_t n : {1037 + 256, 200})  // 200: too short to stream
           out.push_back({g, w, mis, begin, begin == 3 ? 5 : 0, n});
@@ -190,4 +191,16 @@ TEST_CASE("streamed weights: the SGD loops give plain stores' bits and stay in t
           t->sgd(s, k, b, e);
         });
       }
+}
+
+TEST_CASE("streaming is on unless AMPACTOR_STREAM_WEIGHTS=0, and set_stream_weights switches it") {
+  namespace k = ampactor::kernels;
+  const char* env = std::getenv("AMPACTOR_STREAM_WEIGHTS");
+  const bool before = k::stream_weights();
+  CHECK(before == (env == nullptr || std::string(env) != "0"));
+  k::set_stream_weights(false);
+  CHECK_FALSE(k::stream_weights());
+  k::set_stream_weights(true);
+  CHECK(k::stream_weights());
+  k::set_stream_weights(before);
 }

@@ -54,93 +54,7 @@ inline void store1(void* p, std::int64_t i, float x) {
   if constexpr (W == Out::bf16) static_cast<std::uint16_t*>(p)[i] = float_to_bf16(x);
 }
 
-// The vector forms: one traits struct per width, so that one loop body serves both; every lane
-// gets the same operations at either width, so the same bits.
-#ifdef AMPACTOR_HAVE_F16C
-struct Ymm {  // 8 lanes, AVX2 + F16C + FMA
-  using V = __m256;
-  static constexpr std::int64_t kLanes = 8;
-  static V set1(float x) { return _mm256_set1_ps(x); }
-  static V load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
-  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V div(V a, V b) { return _mm256_div_ps(a, b); }
-  static V sqrt(V a) { return _mm256_sqrt_ps(a); }
-  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static V fmsub(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }
-  static V fnmadd(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
-  // x == y ? a : b, lane by lane.
-  static V select_eq(V x, V y, V a, V b) {
-    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(x, y, _CMP_EQ_OQ));
-  }
-  // ATen's max: NaN in either wins (max_ps alone gives its second operand where either is NaN).
-  static V max_nan(V v, V old) {
-    return _mm256_blendv_ps(_mm256_max_ps(v, old), v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  template <StepElem G>
-  static V load_grad(const void* p, std::int64_t i) {
-    if constexpr (G == StepElem::f32) return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-    const auto* h = reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(p) + i);
-    if constexpr (G == StepElem::f16) return _mm256_cvtph_ps(_mm_loadu_si128(h));
-    if constexpr (G == StepElem::bf16) return bf16x8_to_float(_mm_loadu_si128(h));
-  }
-  // (No pointer arithmetic for Out::none: p is null there.)
-  // nt: a non-temporal store (the address aligned to the vector's width, see aligned_from).
-  template <Out W>
-  static void store_weight(void* p, std::int64_t i, V x, bool nt) {
-    auto h = [&] { return reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i); };
-    auto put = [&](__m128i b) { nt ? _mm_stream_si128(h(), b) : _mm_storeu_si128(h(), b); };
-    if constexpr (W == Out::f32) {
-      float* f = static_cast<float*>(p) + i;
-      nt ? _mm256_stream_ps(f, x) : _mm256_storeu_ps(f, x);
-    }
-    if constexpr (W == Out::f16) put(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    if constexpr (W == Out::bf16) put(float_to_bf16x8(x));
-  }
-};
-#endif
-
-#ifdef AMPACTOR_HAVE_AVX512
-struct Zmm {  // 16 lanes, AVX-512 F/BW/VL/DQ
-  using V = __m512;
-  static constexpr std::int64_t kLanes = 16;
-  static V set1(float x) { return _mm512_set1_ps(x); }
-  static V load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, V x) { _mm512_storeu_ps(p, x); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V div(V a, V b) { return _mm512_div_ps(a, b); }
-  static V sqrt(V a) { return _mm512_sqrt_ps(a); }
-  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static V fmsub(V a, V b, V c) { return _mm512_fmsub_ps(a, b, c); }
-  static V fnmadd(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }
-  static V select_eq(V x, V y, V a, V b) {
-    return _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(x, y, _CMP_EQ_OQ), a);
-  }
-  static V max_nan(V v, V old) {
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_max_ps(v, old), v);
-  }
-  template <StepElem G>
-  static V load_grad(const void* p, std::int64_t i) {
-    if constexpr (G == StepElem::f32) return _mm512_loadu_ps(static_cast<const float*>(p) + i);
-    const auto* h = reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(p) + i);
-    if constexpr (G == StepElem::f16) return _mm512_cvtph_ps(_mm256_loadu_si256(h));
-    if constexpr (G == StepElem::bf16) return bf16x16_to_float(_mm256_loadu_si256(h));
-  }
-  template <Out W>
-  static void store_weight(void* p, std::int64_t i, V x, bool nt) {
-    auto h = [&] { return reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i); };
-    auto put = [&](__m256i b) { nt ? _mm256_stream_si256(h(), b) : _mm256_storeu_si256(h(), b); };
-    if constexpr (W == Out::f32) {
-      float* f = static_cast<float*>(p) + i;
-      nt ? _mm512_stream_ps(f, x) : _mm512_storeu_ps(f, x);
-    }
-    if constexpr (W == Out::f16) put(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-    if constexpr (W == Out::bf16) put(float_to_bf16x16(x));
-  }
-};
-#endif
+#include "optim_vec.h"
 
 // Where the division by sqrt_bc2 may be the multiply below: every valid beta2 (0 <= beta2 < 1 in
 // double) gives sqrt_bc2 in [2^-26.5, 1]; other values (a param group's own unchecked betas)
@@ -161,6 +75,21 @@ inline typename T::V div_by(typename T::V a, typename T::V c, typename T::V y, t
   return T::select_eq(a, inf, q, T::fnmadd(T::fmsub(q, c, a), y, q));
 }
 
+// Runs body (which steps kLanes elements and returns the new masters) over [i, end) a vector at a
+// time and writes the weights; returns where it stopped. Streamed 16-bit weights go a cache line
+// (two 16-lane vectors) at a time.
+template <typename T, Out W, typename Body>
+std::int64_t vec_loop(void* w, std::int64_t i, std::int64_t end, bool nt, Body body) {
+  if constexpr (T::kLanes == 16 && (W == Out::f16 || W == Out::bf16))
+    for (; nt && i + 32 <= end; i += 32) {
+      const typename T::V x0 = body(i), x1 = body(i + 16);
+      T::template stream_pair<W>(w, i, x0, x1);
+    }
+  for (; i + T::kLanes <= end; i += T::kLanes)
+    T::template store_weight<W>(w, i, body(i), nt);
+  return i;
+}
+
 // The Adam loop's vector body; returns where it stopped.
 template <typename T, StepElem G, Out W>
 std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end,
@@ -175,26 +104,26 @@ std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, st
           omb1 = T::set1(c.omb1), b2 = T::set1(c.b2), omb2 = T::set1(c.omb2),
           sbc2 = T::set1(c.sqrt_bc2), rbc2 = T::set1(1.0f / c.sqrt_bc2),
           inf = T::set1(__builtin_inff()), eps = T::set1(c.eps), neg = T::set1(c.neg_step);
-  for (; i + T::kLanes <= end; i += T::kLanes) {
-    V g = T::mul(T::template load_grad<G>(s.grad, i), inv);
-    V x = T::load(p + i);
+  auto body = [&](std::int64_t j) {  // steps lanes [j, j + kLanes); returns the new p
+    V g = T::mul(T::template load_grad<G>(s.grad, j), inv);
+    V x = T::load(p + j);
     if (c.l2) g = T::fmadd(x, wd, g);
     if (c.decoupled) x = T::mul(x, decay);
-    const V mi = T::fmadd(g, omb1, T::mul(T::load(m + i), b1));
-    V vi = T::fmadd(T::mul(omb2, g), g, T::mul(T::load(v + i), b2));
-    T::store(m + i, mi);
-    T::store(v + i, vi);
+    const V mi = T::fmadd(g, omb1, T::mul(T::load(m + j), b1));
+    V vi = T::fmadd(T::mul(omb2, g), g, T::mul(T::load(v + j), b2));
+    T::store(m + j, mi);
+    T::store(v + j, vi);
     if (vmax) {
-      vi = T::max_nan(vi, T::load(vmax + i));
-      T::store(vmax + i, vi);
+      vi = T::max_nan(vi, T::load(vmax + j));
+      T::store(vmax + j, vi);
     }
     const V a = T::sqrt(vi);
     const V d = T::add(recip ? div_by<T>(a, sbc2, rbc2, inf) : T::div(a, sbc2), eps);
     x = T::add(x, T::div(T::mul(neg, mi), d));
-    T::store(p + i, x);
-    T::template store_weight<W>(s.weight, i, x, nt);
-  }
-  return i;
+    T::store(p + j, x);
+    return x;
+  };
+  return vec_loop<T, W>(s.weight, i, end, nt, body);
 }
 
 // The SGD loop's vector body; returns where it stopped.
@@ -206,20 +135,20 @@ std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std:
   float* __restrict m = s.m;
   const V inv = T::set1(c.inv), wd = T::set1(c.wd), mom = T::set1(c.momentum),
           omd = T::set1(c.omdamp), neg = T::set1(c.neg_lr);
-  for (; i + T::kLanes <= end; i += T::kLanes) {
-    V d = T::mul(T::template load_grad<G>(s.grad, i), inv);
-    V x = T::load(p + i);
+  auto body = [&](std::int64_t j) {
+    V d = T::mul(T::template load_grad<G>(s.grad, j), inv);
+    V x = T::load(p + j);
     if (c.l2) d = T::fmadd(x, wd, d);
     if (m) {
-      const V b = c.first ? d : T::fmadd(d, omd, T::mul(T::load(m + i), mom));
-      T::store(m + i, b);
+      const V b = c.first ? d : T::fmadd(d, omd, T::mul(T::load(m + j), mom));
+      T::store(m + j, b);
       d = c.nesterov ? T::fmadd(b, mom, d) : b;
     }
     x = T::fmadd(d, neg, x);
-    T::store(p + i, x);
-    T::template store_weight<W>(s.weight, i, x, nt);
-  }
-  return i;
+    T::store(p + j, x);
+    return x;
+  };
+  return vec_loop<T, W>(s.weight, i, end, nt, body);
 }
 
 // Where the vector loops start when the weights are streamed (stream_weight): the first element
@@ -235,7 +164,10 @@ constexpr std::uintptr_t kWidest = 0;
 #endif
 template <Out W>
 std::int64_t nt_start(const void* w, bool asked, std::int64_t i, std::int64_t end) {
-  constexpr std::uintptr_t elem = W == Out::f32 ? 4 : 2, width = kWidest ? kWidest * elem : 1;
+  // A cache line with AVX-512 (whole lines, see vec_loop), else one vector's weights.
+  constexpr std::uintptr_t elem = W == Out::f32 ? 4 : 2, width = kWidest == 16 ? 64
+                                                                 : kWidest     ? kWidest * elem
+                                                                               : 1;
   const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(w) + std::uintptr_t(i) * elem;
   if (W == Out::none || kWidest == 0 || !asked || a % elem != 0 || end - i < 256) return -1;
   return i + std::int64_t((width - a % width) % width / elem);
