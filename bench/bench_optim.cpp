@@ -1,11 +1,11 @@
 // ampactor-bench-optim: the fused scaled optimizer step against today's pipeline optimizer side
 // (the fused grad move + LibTorch's torch::optim::Adam + the masters cast to the weights) and
 // against the machine's ceiling (a read+write stream moving the bytes the step must read and
-// write), side by side: each repetition runs every side in turn, and the ratios are the medians
-// of each repetition's own ratio. A fourth side runs the fused step with plain stores for the
-// weights (the default streams them beyond the cache).
-// The optimizer sides step copies of the same masters with the same grads, so they must end
-// bit for bit equal (checked and printed).
+// write), side by side: each repetition runs every side in turn, in an order that rotates from
+// one repetition to the next, and the ratios are the medians of each repetition's own ratio. A
+// fourth side runs the fused step with plain stores for the weights (the default streams them
+// beyond the cache). The optimizer sides step copies of the same masters with the same grads, so
+// they must end bit for bit equal (checked and printed).
 #include <ampactor/kernels/fused_step.h>
 #include <ampactor/kernels/unscale.h>
 #include <ampactor/optim/fused.h>
@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <random>
@@ -144,43 +145,40 @@ int main(int argc, char** argv) {
         ampactor::optim::FusedAdam plain(plain_masters, torch::optim::AdamOptions(1e-3),
                                          ampactor::optim::FusedOptions().threads(threads));
         const float inv = 1.0f / 65536;
-        const at::Tensor found_inf = at::zeros({}, at::kFloat);
         std::vector<double> t_today, t_fused, t_copy, t_plain;
-        for (int r = 0; r < reps + 1; ++r) {  // the first round warms up (state allocation)
-          settle();
-          auto t0 = Clock::now();
-          at::Tensor f1 = at::zeros({}, at::kFloat);
-          ampactor::kernels::move_grads_and_unscale(grads, today_master_grads, inv, f1);
-          if (f1.item<float>() == 0) today.step();
+        // The four sides; each repetition runs them in a rotated order, so that none always
+        // follows the same one (a side finds in the cache what the one before left there).
+        auto today_side = [&] {
+          at::Tensor f = at::zeros({}, at::kFloat);
+          ampactor::kernels::move_grads_and_unscale(grads, today_master_grads, inv, f);
+          if (f.item<float>() == 0) today.step();
           for (std::size_t i = 0; i < today_weights.size(); ++i)
             today_weights[i].copy_(today_masters[i]);
-          const double a = secs(t0);
-          settle();
-          t0 = Clock::now();
-          at::Tensor f2 = at::zeros({}, at::kFloat);
-          ampactor::kernels::check_finite(grads, f2);
-          fused.step_scaled(
-              ampactor::optim::ScaledStep().inv_scale(inv).found_inf(f2).grads(grads).weights(
-                  fused_weights));
-          const double b = secs(t0);
-          // The same fused step with plain stores for the weights (the default streams them
-          // beyond the cache): what streaming gains.
-          settle();
-          ampactor::kernels::set_stream_weights(false);
-          t0 = Clock::now();
-          at::Tensor f3 = at::zeros({}, at::kFloat);
-          ampactor::kernels::check_finite(grads, f3);
-          plain.step_scaled(
-              ampactor::optim::ScaledStep().inv_scale(inv).found_inf(f3).grads(grads).weights(
-                  plain_weights));
-          const double d = secs(t0);
-          ampactor::kernels::set_stream_weights(true);
-          settle();
-          t0 = Clock::now();
-          rmw_stream(words.data(), std::int64_t(words.size()), threads);
-          const double c = secs(t0);
-          if (r > 0)
-            t_today.push_back(a), t_fused.push_back(b), t_copy.push_back(c), t_plain.push_back(d);
+        };
+        auto fused_side = [&](ampactor::optim::FusedAdam& opt, std::vector<at::Tensor>& weights) {
+          at::Tensor f = at::zeros({}, at::kFloat);
+          ampactor::kernels::check_finite(grads, f);
+          opt.step_scaled(
+              ampactor::optim::ScaledStep().inv_scale(inv).found_inf(f).grads(grads).weights(
+                  weights));
+        };
+        const std::function<void()> sides[4] = {
+            today_side, [&] { fused_side(fused, fused_weights); },
+            [&] {  // plain stores for the weights (the default streams them beyond the cache)
+              ampactor::kernels::set_stream_weights(false);
+              fused_side(plain, plain_weights);
+              ampactor::kernels::set_stream_weights(true);
+            },
+            [&] { rmw_stream(words.data(), std::int64_t(words.size()), threads); }};
+        std::vector<double>* times[4] = {&t_today, &t_fused, &t_plain, &t_copy};
+        for (int r = 0; r < reps + 1; ++r) {  // the first round warms up (state allocation)
+          for (int k = 0; k < 4; ++k) {
+            const int side = (r + k) % 4;
+            settle();
+            const auto t0 = Clock::now();
+            sides[side]();
+            if (r > 0) times[side]->push_back(secs(t0));
+          }
         }
         const double ta = median_of(t_today) * 1e3, tb = median_of(t_fused) * 1e3,
                      tc = median_of(t_copy) * 1e3, td = median_of(t_plain) * 1e3;
