@@ -144,12 +144,13 @@ void compare(const Case& c, Step step) {
   CHECK(written_inside > (hi - lo) / 2);  // the range was written at all
 }
 
-}  // namespace
-
-TEST_CASE("streamed weights: the Adam loops give plain stores' bits and stay in their range") {
+// Every loop variant, case and option flag (amsgrad, nesterov), its capture in scope, through
+// step(table, case, flag, span, begin, end, stream).
+template <typename Step>
+void for_each_case(Step step) {
   for (const OptimLoopTable* t : optim_tables())
     for (const Case& c : cases())
-      for (bool amsgrad : {false, true}) {
+      for (bool flag : {false, true}) {
         const std::string name = t->name;
         CAPTURE(name);
         CAPTURE(int(c.grad));
@@ -157,40 +158,38 @@ TEST_CASE("streamed weights: the Adam loops give plain stores' bits and stay in 
         CAPTURE(c.misalign);
         CAPTURE(c.begin);
         CAPTURE(c.n);
-        CAPTURE(amsgrad);
+        CAPTURE(flag);
         compare(c, [&](StepSpan s, std::int64_t b, std::int64_t e, bool stream) {
-          AdamConsts k;
-          k.inv = 1.0f / 1024, k.b1 = 0.9f, k.omb1 = float(1 - 0.9), k.b2 = 0.999f;
-          k.omb2 = float(1 - 0.999), k.eps = 1e-8f, k.sqrt_bc2 = 0.5f, k.neg_step = -1e-3f;
-          k.decoupled = amsgrad, k.decay = 0.99f;  // AdamW's decay with amsgrad, to cover both
-          k.stream_weight = stream;
-          if (!amsgrad) s.vmax = nullptr;
-          t->adam(s, k, b, e);
+          step(*t, flag, s, b, e, stream);
         });
       }
 }
 
+}  // namespace
+
+TEST_CASE("streamed weights: the Adam loops give plain stores' bits and stay in their range") {
+  for_each_case([](const OptimLoopTable& t, bool amsgrad, StepSpan s, std::int64_t b,
+                   std::int64_t e, bool stream) {
+    AdamConsts k;
+    k.inv = 1.0f / 1024, k.b1 = 0.9f, k.omb1 = float(1 - 0.9), k.b2 = 0.999f;
+    k.omb2 = float(1 - 0.999), k.eps = 1e-8f, k.sqrt_bc2 = 0.5f, k.neg_step = -1e-3f;
+    k.decoupled = amsgrad, k.decay = 0.99f;  // AdamW's decay with amsgrad, to cover both
+    k.stream_weight = stream;
+    if (!amsgrad) s.vmax = nullptr;
+    t.adam(s, k, b, e);
+  });
+}
+
 TEST_CASE("streamed weights: the SGD loops give plain stores' bits and stay in their range") {
-  for (const OptimLoopTable* t : optim_tables())
-    for (const Case& c : cases())
-      for (bool nesterov : {false, true}) {
-        const std::string name = t->name;
-        CAPTURE(name);
-        CAPTURE(int(c.grad));
-        CAPTURE(int(c.weight));
-        CAPTURE(c.misalign);
-        CAPTURE(c.begin);
-        CAPTURE(c.n);
-        CAPTURE(nesterov);
-        compare(c, [&](StepSpan s, std::int64_t b, std::int64_t e, bool stream) {
-          SgdConsts k;
-          k.inv = 1.0f / 1024, k.momentum = 0.9f, k.omdamp = 1, k.neg_lr = -0.1f;
-          k.nesterov = nesterov, k.l2 = true, k.wd = 1e-4f;
-          k.stream_weight = stream;
-          s.v = s.vmax = nullptr;
-          t->sgd(s, k, b, e);
-        });
-      }
+  for_each_case([](const OptimLoopTable& t, bool nesterov, StepSpan s, std::int64_t b,
+                   std::int64_t e, bool stream) {
+    SgdConsts k;
+    k.inv = 1.0f / 1024, k.momentum = 0.9f, k.omdamp = 1, k.neg_lr = -0.1f;
+    k.nesterov = nesterov, k.l2 = true, k.wd = 1e-4f;
+    k.stream_weight = stream;
+    s.v = s.vmax = nullptr;
+    t.sgd(s, k, b, e);
+  });
 }
 
 TEST_CASE("streaming is on unless AMPACTOR_STREAM_WEIGHTS=0, and set_stream_weights switches it") {

@@ -196,19 +196,31 @@ void adam_scalar(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::in
   }
 }
 
-template <StepElem G, Out W>
-void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+// Runs [i, end): with streamed weights, the scalar steps up to an aligned start; then the 16-lane
+// and the 8-lane vector loops (each takes what it can); then the scalar tail.
+template <Out W, typename Consts, typename Scalar, typename Vec>
+void drive(const StepSpan& s, const Consts& c, std::int64_t i, std::int64_t end, Scalar scalar,
+           [[maybe_unused]] Vec vec) {
   const std::int64_t start = nt_start<W>(s.weight, c.stream_weight, i, end);
   const bool nt = start >= 0;
-  if (nt) adam_scalar<G, W>(s, c, i, start), i = start;
+  if (nt) scalar(i, start), i = start;
 #ifdef AMPACTOR_HAVE_AVX512
-  i = adam_vec<Zmm, G, W>(s, c, i, end, nt);  // the 8-lane loop takes a remaining 8
+  i = vec(Zmm{}, i, nt);
 #endif
 #ifdef AMPACTOR_HAVE_F16C
-  i = adam_vec<Ymm, G, W>(s, c, i, end, nt);
+  i = vec(Ymm{}, i, nt);
   if (nt) _mm_sfence();  // the streamed weights are ordered before whatever the caller does next
 #endif
-  adam_scalar<G, W>(s, c, i, end);
+  scalar(i, end);
+}
+
+template <StepElem G, Out W>
+void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
+  drive<W>(
+      s, c, i, end, [&](std::int64_t b, std::int64_t e) { adam_scalar<G, W>(s, c, b, e); },
+      [&](auto t, std::int64_t b, bool nt) {
+        return adam_vec<decltype(t), G, W>(s, c, b, end, nt);
+      });
 }
 
 template <StepElem G, Out W>
@@ -232,17 +244,11 @@ void sgd_scalar(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int6
 
 template <StepElem G, Out W>
 void sgd_loop(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
-  const std::int64_t start = nt_start<W>(s.weight, c.stream_weight, i, end);
-  const bool nt = start >= 0;
-  if (nt) sgd_scalar<G, W>(s, c, i, start), i = start;
-#ifdef AMPACTOR_HAVE_AVX512
-  i = sgd_vec<Zmm, G, W>(s, c, i, end, nt);
-#endif
-#ifdef AMPACTOR_HAVE_F16C
-  i = sgd_vec<Ymm, G, W>(s, c, i, end, nt);
-  if (nt) _mm_sfence();
-#endif
-  sgd_scalar<G, W>(s, c, i, end);
+  drive<W>(
+      s, c, i, end, [&](std::int64_t b, std::int64_t e) { sgd_scalar<G, W>(s, c, b, e); },
+      [&](auto t, std::int64_t b, bool nt) {
+        return sgd_vec<decltype(t), G, W>(s, c, b, end, nt);
+      });
 }
 
 // out[i] = a[i] / c as the Adam loops divide by sqrt_bc2 (for tests).
