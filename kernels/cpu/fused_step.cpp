@@ -79,40 +79,41 @@ std::atomic<bool>& streaming() {
   }()};
   return on;
 }
-bool streaming_allowed() {
-  return streaming().load(std::memory_order_relaxed);
-}
 
 std::int64_t elem_bytes(StepElem t) {
   return t == StepElem::f32 ? 4 : 2;
+}
+
+// Whether the spans' arrays together (each counted once) fit the last-level cache.
+enum class Fit : std::uint8_t { unknown, fits, beyond };
+Fit cache_fit(const std::vector<StepSpan>& spans) {
+  if (llc_bytes() == 0) return Fit::unknown;
+  std::int64_t bytes = 0;
+  for (const StepSpan& s : spans)
+    bytes += s.n * (4 + (s.m ? 4 : 0) + (s.v ? 4 : 0) + (s.vmax ? 4 : 0) + elem_bytes(s.grad_type) +
+                    (s.weight ? elem_bytes(s.weight_type) : 0));
+  return bytes <= llc_bytes() ? Fit::fits : Fit::beyond;
 }
 
 }  // namespace
 
 void adam_step(const std::vector<StepSpan>& spans, const std::vector<AdamConsts>& consts,
                int threads) {
-  std::int64_t bytes = 0;  // the arrays the step reads and writes
-  for (const StepSpan& s : spans)
-    bytes += s.n * (12 + (s.vmax ? 4 : 0) + elem_bytes(s.grad_type) +
-                    (s.weight ? elem_bytes(s.weight_type) : 0));
+  const Fit fit = cache_fit(spans);
   std::vector<AdamConsts> cs = consts;
-  const bool in_cache = bytes <= llc_bytes();
   for (AdamConsts& c : cs) {
-    c.reciprocal = in_cache;
-    c.stream_weight = !in_cache && llc_bytes() > 0 && streaming_allowed();
+    c.reciprocal = fit == Fit::fits;
+    c.stream_weight = fit == Fit::beyond && stream_weights();
   }
   run(spans, cs, threads, table().adam);
 }
 
 void sgd_step(const std::vector<StepSpan>& spans, const std::vector<SgdConsts>& consts,
               int threads) {
-  std::int64_t bytes = 0;
-  for (const StepSpan& s : spans)
-    bytes += s.n * (4 + (s.m ? 8 : 0) + elem_bytes(s.grad_type) +
-                    (s.weight ? elem_bytes(s.weight_type) : 0));
+  const bool stream = cache_fit(spans) == Fit::beyond && stream_weights();
   std::vector<SgdConsts> cs = consts;
   for (SgdConsts& c : cs)
-    c.stream_weight = llc_bytes() > 0 && bytes > llc_bytes() && streaming_allowed();
+    c.stream_weight = stream;
   run(spans, cs, threads, table().sgd);
 }
 
@@ -121,7 +122,7 @@ void set_stream_weights(bool on) {
 }
 
 bool stream_weights() {
-  return streaming_allowed();
+  return streaming().load(std::memory_order_relaxed);
 }
 
 const char* fused_step_variant() {
