@@ -10,7 +10,7 @@ DEMO_PACKAGES := gnuplot-nox libopenblas0-openmp
 # The sanitizer gate's compiler: clang with its sanitizer and libFuzzer runtimes.
 ASAN_PACKAGES := clang libclang-rt-14-dev
 
-.PHONY: all deps configure build test tsan asan bench demo format clean
+.PHONY: all deps configure build test test-slow tsan asan bench demo format clean
 
 all: build
 
@@ -23,8 +23,13 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Every test but those labelled slow (the examples rebuilt with ampactor as a subproject), which
+# test-slow runs; CI runs both.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+
+test-slow: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
 
 # The ThreadSanitizer gate (cmake/tsan-gate.sh): CAF and the actor suites built with TSan.
 tsan: deps

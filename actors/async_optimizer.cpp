@@ -1,10 +1,10 @@
-#include <ampactor/actors/internal/host_offload.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
-#include <ampactor/async_optimizer.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
-#include <ampactor/scaler/errors.h>
 #include "internal/grad_scaler_impl.h"
+#include "internal/host_offload.h"
 
 #include <caf/atom.hpp>
 #include <caf/scoped_actor.hpp>
@@ -50,7 +50,7 @@ AsyncOptimizerOptions& AsyncOptimizerOptions::optimizer_threads(int v) {
 AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
                                AsyncOptimizerOptions options)
     : model_(std::move(model_params)),
-      scaler_(scaler),
+      scaler_(&scaler),
       options_(options),
       deferring_(options.defer_grad_move()) {
   if (options_.swap_weights() && options_.staleness() != 1)
@@ -90,12 +90,11 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     if (options_.swap_weights()) spare_.push_back(p.detach().clone());
   }
   if (options_.swap_weights()) {  // the deferred steps' mailbox (defer_grad_move, fused steps)
-    waiter_ = std::make_unique<caf::scoped_actor>(
-        caf::actor_cast<caf::actor>(scaler_.actors().optimizer).home_system());
+    waiter_ = std::make_unique<caf::scoped_actor>(scaler_->system());
     internal::release_thread_logger();
   }
   if (const int n = options_.optimizer_threads(); n > 0)
-    scaler_.run_on_optimizer([n] {
+    scaler_->run_on_optimizer([n] {
       // LibTorch sets each thread's team size lazily from a process-wide value on first use;
       // trigger that first, then set this thread's alone (at::set_num_threads would change the
       // process-wide value too, and with it any thread that has not yet used LibTorch).
@@ -104,12 +103,28 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
       omp_set_num_threads(n);
 #endif
     });
+  scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
 }
 
 AsyncOptimizer::~AsyncOptimizer() {
-  // The queued jobs run to their end before the masters go, even after a job's error (which the
-  // scaler reports).
-  scaler_.finish_jobs();
+  // The queued jobs run to their end before the masters and the optimizers it owns go, even
+  // after a job's error (which the scaler reports). A scaler that went first ran them all.
+  if (!scaler_) return;
+  scaler_->finish_jobs();
+  scaler_->detach(this);
+}
+
+GradScaler& AsyncOptimizer::scaler() const {
+  if (!scaler_)
+    throw ScalerError(errc::protocol_misuse,
+                      "AsyncOptimizer: its GradScaler was destroyed; a pipeline cannot step "
+                      "without the scaler it was built with");
+  return *scaler_;
+}
+
+void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
+  check_optimizer(*opt);
+  owned_.push_back(std::move(opt));
 }
 
 void AsyncOptimizer::copy_to_model() {
@@ -156,7 +171,7 @@ void AsyncOptimizer::check_optimizer(const torch::optim::Optimizer& opt) const {
 }
 
 bool AsyncOptimizer::fuses(torch::optim::Optimizer& opt) const {
-  return optim::fused_step_of(opt) != nullptr && !scaler_.options().ranks();
+  return optim::fused_step_of(opt) != nullptr && !scaler().options().ranks();
 }
 
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
@@ -169,7 +184,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   // mean is made in fp32 by the move, and the fused step then reads the masters' grads.
   const bool fused = fuses(opt);
   if (options_.staleness() == 0) {
-    scaler_.run_on_optimizer([&] {
+    scaler().run_on_optimizer([&] {
       JobContext* job = JobContext::current();
       if (fused)
         job->check_for_fused_(opt, grads, masters_, model_);
@@ -183,12 +198,12 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   // At staleness 1 the fused step reads the grads during the next backward: it takes them, and
   // from then on every step is a deferred one (one protocol for the spare weights). The first
   // waits for the waited steps' jobs, which may still be filling the spare.
-  if (fused && !deferring_) scaler_.run_on_optimizer([] {});
+  if (fused && !deferring_) scaler().run_on_optimizer([] {});
   deferring_ = deferring_ || fused;
   if (deferring_) return step_deferred(opt, std::move(grads), std::move(fn));
   // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
   // fn, whose result (a) publishes to the model.
-  scaler_.run_on_optimizer([&] {
+  scaler().run_on_optimizer([&] {
     if (options_.swap_weights())
       swap_in();
     else
@@ -196,11 +211,11 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
     JobContext::current()->move_and_unscale_(opt, grads, masters_);
   });
   if (!options_.swap_weights()) {
-    if (fn) scaler_.submit(std::move(fn), SubmitOptions().unscales(UnscalePermit::none()));
+    if (fn) scaler().submit(std::move(fn), SubmitOptions().unscales(UnscalePermit::none()));
     return;
   }
   // The spare is filled even when fn fails, as the copy of the next step would have been.
-  scaler_.submit(
+  scaler().submit(
       [this, fn = std::move(fn)] {
         try {
           if (fn) fn();
@@ -248,7 +263,7 @@ void AsyncOptimizer::take_spare() {
     swap_in();
     return;
   }
-  scaler_.run_on_optimizer([&] {  // the job was dropped unrun: take the masters as they are
+  scaler().run_on_optimizer([&] {  // the job was dropped unrun: take the masters as they are
     copy_to_model();
     copy_to_spare();
   });
@@ -263,7 +278,7 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
   if (options_.swap_weights())
     take_spare();
   else
-    scaler_.run_on_optimizer([&] { copy_to_model(); });  // FIFO: after the previous job
+    scaler().run_on_optimizer([&] { copy_to_model(); });  // FIFO: after the previous job
   std::shared_ptr<SpareNotice> notice;
   if (options_.swap_weights()) {
     notice = std::make_shared<SpareNotice>(caf::actor{*waiter_});
@@ -271,7 +286,7 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
   }
   // (b) then fn, not waited for. The trainer counts the move's unscale now, so under the exact
   // policy the next scale() waits for the move's inf check only, never for fn.
-  scaler_.submit(
+  scaler().submit(
       [this, &opt, grads = std::move(grads), fn = std::move(fn), notice = std::move(notice)] {
         // The spare is filled even when the move or fn fails, as in step(). The grads are the
         // job's alone: fp32 ones become the masters' grads without a copy.
@@ -322,30 +337,30 @@ void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<vo
   const std::vector<at::Tensor> grads = model_grads();
   if (options_.staleness() == 0) {
     offload_->exchange(&grads, nullptr);
-    scaler_.run_on_optimizer(job);
+    scaler().run_on_optimizer(job);
     offload_->exchange(nullptr, &model_);
     return;
   }
   // The previous job has staged step k-1's weights and read the host grads once this returns
   // (FIFO); its weights and this step's grads then cross at once, behind this backward.
-  scaler_.run_on_optimizer([] {});
+  scaler().run_on_optimizer([] {});
   offload_->exchange(&grads, &model_);
-  scaler_.submit(std::move(job), SubmitOptions().unscales(UnscalePermit::exactly(1)));
+  scaler().submit(std::move(job), SubmitOptions().unscales(UnscalePermit::exactly(1)));
 }
 
 void AsyncOptimizer::sync() {
   behind_ = false;
   if (offload_) {
-    scaler_.run_on_optimizer([] {});
+    scaler().run_on_optimizer([] {});
     offload_->exchange(nullptr, &model_);
     return;
   }
   if (waiter_ && deferring_) {
-    take_spare();                                        // the newest weights are the model's
-    scaler_.run_on_optimizer([&] { copy_to_spare(); });  // both buffers equal
+    take_spare();                                         // the newest weights are the model's
+    scaler().run_on_optimizer([&] { copy_to_spare(); });  // both buffers equal
     return;
   }
-  scaler_.run_on_optimizer([&] {
+  scaler().run_on_optimizer([&] {
     if (options_.swap_weights())
       swap_in(), copy_to_spare();  // both buffers equal: the next step may swap again
     else

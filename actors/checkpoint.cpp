@@ -1,9 +1,9 @@
 // Checkpoints of GradScaler and AsyncOptimizer: the one file of the actor library that includes
 // LibTorch's serialization headers.
-#include <ampactor/actors/internal/host_offload.h>
-#include <ampactor/async_optimizer.h>
-#include <ampactor/checkpoint.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/checkpoint.h>
+#include <ampactor/actors/grad_scaler.h>
+#include "internal/host_offload.h"
 
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/api/include/torch/serialize/input-archive.h>
@@ -70,7 +70,7 @@ std::vector<at::Tensor> read_list(torch::serialize::InputArchive& archive, const
 }  // namespace
 
 void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  scaler_.run_on_optimizer([] {});  // every step in flight has run: the masters hold still
+  scaler().run_on_optimizer([] {});  // every step in flight has run: the masters hold still
   archive.write("format", c10::IValue(format_version));
   archive.write("staleness", c10::IValue(std::int64_t(options_.staleness())));
   archive.write("weights_behind", c10::IValue(behind_));
@@ -92,7 +92,7 @@ void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
   std::vector<at::Tensor> spare;
   if (!spare_.empty()) spare = read_list(archive, "spare", spare_, false);
   const bool weights_behind = behind.toBool();
-  scaler_.run_on_optimizer([&] {
+  scaler().run_on_optimizer([&] {
     at::AutoGradMode no_grad(false);
     for (std::size_t i = 0; i < masters_.size(); ++i)
       masters_[i].detach().copy_(masters[i]);

@@ -1,5 +1,9 @@
 #include "internal/grad_scaler_impl.h"
 
+#include <ampactor/actors/async_optimizer.h>
+
+#include <algorithm>
+
 #include <ampactor/scaler/local_grad_scaler.h>
 
 #include <caf/send.hpp>
@@ -8,18 +12,25 @@
 
 namespace ampactor {
 
+GradScaler::GradScaler(const GradScalerOptions& opts, const KeeperOptions& keeper)
+    : impl_(std::make_unique<Impl>(nullptr, opts, keeper)) {}
+
 GradScaler::GradScaler(const GradScalerOptions& opts, ScalePolicy policy,
                        std::shared_ptr<KeeperTap> tap)
-    : impl_(std::make_unique<Impl>(nullptr, opts, policy, std::move(tap))) {}
+    : GradScaler(opts, KeeperOptions().policy(policy).tap(std::move(tap))) {}
 
 GradScaler::GradScaler(double init_scale, double growth_factor, double backoff_factor,
                        std::int64_t growth_interval, bool enabled)
     : GradScaler(GradScalerOptions::positional(init_scale, growth_factor, backoff_factor,
                                                growth_interval, enabled)) {}
 
+GradScaler::GradScaler(caf::actor_system& sys, const GradScalerOptions& opts,
+                       const KeeperOptions& keeper)
+    : impl_(std::make_unique<Impl>(&sys, opts, keeper)) {}
+
 GradScaler::GradScaler(caf::actor_system& sys, const GradScalerOptions& opts, ScalePolicy policy,
                        std::shared_ptr<KeeperTap> tap)
-    : impl_(std::make_unique<Impl>(&sys, opts, policy, std::move(tap))) {}
+    : GradScaler(sys, opts, KeeperOptions().policy(policy).tap(std::move(tap))) {}
 
 GradScaler::~GradScaler() = default;
 
@@ -254,6 +265,23 @@ const std::shared_ptr<KeeperTap>& GradScaler::tap() const {
 }
 const ScalerActors& GradScaler::actors() const {
   return impl_->setup.actors;
+}
+
+caf::actor_system& GradScaler::system() const {
+  return *impl_->sys;
+}
+
+void GradScaler::attach(AsyncOptimizer* pipeline) {
+  impl_->pipelines.push_back(pipeline);
+}
+
+void GradScaler::detach(AsyncOptimizer* pipeline) noexcept {
+  auto& ps = impl_->pipelines;
+  ps.erase(std::remove(ps.begin(), ps.end(), pipeline), ps.end());
+}
+
+void GradScaler::scaler_gone(AsyncOptimizer& pipeline) noexcept {
+  pipeline.scaler_ = nullptr;
 }
 
 }  // namespace ampactor

@@ -60,8 +60,9 @@ std::string call(const char* method) {
 
 }  // namespace internal
 
-GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePolicy p,
-                       std::shared_ptr<KeeperTap> tap) {
+GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o,
+                       const KeeperOptions& keeper) {
+  const ScalePolicy p = keeper.policy();
   o.validate();
   // Data parallel: every rank's trajectory must be the same, so every rank's options must be.
   if (o.ranks())
@@ -70,7 +71,7 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePo
                                                   describe(o));
   setup.opts = o;
   setup.policy = p;
-  setup.tap = std::move(tap);
+  setup.tap = keeper.tap();
   if (!s) {
     own = std::make_unique<internal::SystemHolder>();
     s = &own->sys();
@@ -78,7 +79,7 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o, ScalePo
   sys = s;
   self = std::make_unique<caf::scoped_actor>(*sys);
   const auto oa = OptimizerActorOptions().cancel_epoch(setup.cancel_epoch);
-  setup.actors.keeper = spawn_scale_keeper(*sys, o, p, oa.detached(), setup.tap);
+  setup.actors.keeper = spawn_scale_keeper(*sys, o, keeper);
   setup.actors.optimizer = spawn_optimizer_actor(*sys, setup.actors.keeper, o, oa);
   // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
   // would wake it for nothing.
@@ -117,6 +118,8 @@ GradScaler::Impl::~Impl() {
   self.reset();
   a = ScalerActors{};  // a detached actor's thread ends once no handle refers to it
   own.reset();         // joins the optimizer thread and the workers
+  for (AsyncOptimizer* p : pipelines)
+    GradScaler::scaler_gone(*p);
 }
 
 JobContext* GradScaler::Impl::job() const {

@@ -1,5 +1,5 @@
-#include <ampactor/actors/internal/host_offload.h>
-#include <ampactor/scaler/errors.h>
+#include "internal/host_offload.h"
+#include <ampactor/core/errors.h>
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -69,8 +69,9 @@ HostOffload::HostOffload(const std::vector<at::Tensor>& model)
 void HostOffload::exchange(const std::vector<at::Tensor>* grads,
                            const std::vector<at::Tensor>* model) {
   if (grads && grads->size() != grads_.size())
-    throw std::invalid_argument("AsyncOptimizer: " + std::to_string(grads->size()) + " grads for " +
-                                std::to_string(grads_.size()) + " parameters");
+    throw ScalerError(errc::bad_parameters, "AsyncOptimizer: " + std::to_string(grads->size()) +
+                                                " grads for " + std::to_string(grads_.size()) +
+                                                " parameters");
   const bool publish = model && staged_.exchange(false, std::memory_order_acq_rel);
   if (!grads && !publish) return;
   at::AutoGradMode no_grad(false);

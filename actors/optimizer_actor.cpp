@@ -220,6 +220,75 @@ void record_failure(IterationState& it, errc code, std::string what) {
   it.what = std::move(what);
 }
 
+/// The StepJob handler: runs job.fn in a JobContext of its iteration.
+caf::result<JobDone> run_job(optimizer_ptr self, StepJob& job) {
+  auto& st = self->state;
+  IterationState& it = open_iteration(st, job.k);
+  // Unscales the trainer counted in advance (the job may make that many). Those it does
+  // not make the keeper hears of at once, or the update waiting for them never applies;
+  // a disabled scaler reports none and owes none.
+  const std::int32_t owed = st.opts.enabled() ? job.permit.counted() : 0;
+  auto release_counted = [&](std::int32_t made) {
+    if (made < owed) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
+  };
+  if (st.cancel_epoch && job.epoch < st.cancel_epoch->load()) {
+    ++it.cancelled;
+    release_counted(0);
+    return make_error(errc::cancelled, texts::cancelled);
+  }
+  // No exception leaves the handler: a failing job fails its iteration, not the actor.
+  errc code = errc::step_failed;
+  std::string what;
+  Job ctx(self, job, it);
+  try {
+    if (job.fn) job.fn();
+    if (ctx.unscales() < owed)
+      throw ScalerError(errc::protocol_misuse, "a step job counted to make " +
+                                                   std::to_string(owed) + " unscale(s) made " +
+                                                   std::to_string(ctx.unscales()));
+    return JobDone{job.k, ctx.unscales()};
+  } catch (const ScalerError& e) {
+    code = e.code();
+    what = e.what();
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown exception in a step job";
+  }
+  record_failure(it, code, what);
+  // Data parallel: the other ranks' next collective fails; this lets them name this rank
+  // and its reason (a collective's own failure names another rank already).
+  if (self->state.opts.ranks() && code != errc::rank_failed)
+    self->state.opts.ranks()->fail("its step job in iteration " + std::to_string(job.k) +
+                                   " threw: " + what);
+  release_counted(ctx.unscales());
+  return make_error(code, what);
+}
+
+/// The CloseIteration handler: reports the iteration's end to the keeper and the subscribers.
+void close_iteration(optimizer_ptr self, const CloseIteration& c) {
+  auto& st = self->state;
+  IterationState it(st.opts.allow_fp16_grads(), st.opts.ranks());
+  if (auto found = st.open.find(c.k); found != st.open.end()) {
+    it = std::move(found->second);
+    st.open.erase(found);
+  }
+  if (c.report_unscales && c.inf_checks_required && st.opts.enabled() && it.unscales == 0 &&
+      !it.failed && it.cancelled == 0)
+    record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
+  const bool abandoned = it.failed || it.cancelled > 0;
+  if (c.report_unscales) self->send(st.keeper, IterationClosed{c.k, it.unscales, abandoned});
+  IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled};
+  for (auto& s : st.subscribers)
+    caf::anon_send(s.who, d);
+}
+
+void drop_subscriber(optimizer_ptr self, const trainer_actor& who) {
+  auto& subs = self->state.subscribers;
+  subs.erase(std::remove_if(subs.begin(), subs.end(), [&](const auto& s) { return s.who == who; }),
+             subs.end());
+}
+
 optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor keeper,
                                          GradScalerOptions opts,
                                          std::shared_ptr<const std::atomic<std::uint64_t>> epoch) {
@@ -227,75 +296,13 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
   self->state.opts = opts;
   self->state.cancel_epoch = std::move(epoch);
   return {
-      [=](StepJob& job) -> caf::result<JobDone> {
-        auto& st = self->state;
-        IterationState& it = open_iteration(st, job.k);
-        // Unscales the trainer counted in advance (the job may make that many). Those it does
-        // not make the keeper hears of at once, or the update waiting for them never applies;
-        // a disabled scaler reports none and owes none.
-        const std::int32_t owed = st.opts.enabled() ? job.permit.counted() : 0;
-        auto release_counted = [&](std::int32_t made) {
-          if (made < owed) self->send(st.keeper, IterationClosed{job.k, it.unscales, true});
-        };
-        if (st.cancel_epoch && job.epoch < st.cancel_epoch->load()) {
-          ++it.cancelled;
-          release_counted(0);
-          return make_error(errc::cancelled, texts::cancelled);
-        }
-        // No exception leaves the handler: a failing job fails its iteration, not the actor.
-        errc code = errc::step_failed;
-        std::string what;
-        Job ctx(self, job, it);
-        try {
-          if (job.fn) job.fn();
-          if (ctx.unscales() < owed)
-            throw ScalerError(errc::protocol_misuse,
-                              "a step job counted to make " + std::to_string(owed) +
-                                  " unscale(s) made " + std::to_string(ctx.unscales()));
-          return JobDone{job.k, ctx.unscales()};
-        } catch (const ScalerError& e) {
-          code = e.code();
-          what = e.what();
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-          what = "unknown exception in a step job";
-        }
-        record_failure(it, code, what);
-        // Data parallel: the other ranks' next collective fails; this lets them name this rank
-        // and its reason (a collective's own failure names another rank already).
-        if (self->state.opts.ranks() && code != errc::rank_failed)
-          self->state.opts.ranks()->fail("its step job in iteration " + std::to_string(job.k) +
-                                         " threw: " + what);
-        release_counted(ctx.unscales());
-        return make_error(code, what);
-      },
-      [=](CloseIteration c) {
-        auto& st = self->state;
-        IterationState it(st.opts.allow_fp16_grads(), st.opts.ranks());
-        if (auto found = st.open.find(c.k); found != st.open.end()) {
-          it = std::move(found->second);
-          st.open.erase(found);
-        }
-        if (c.report_unscales && c.inf_checks_required && st.opts.enabled() && it.unscales == 0 &&
-            !it.failed && it.cancelled == 0)
-          record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
-        const bool abandoned = it.failed || it.cancelled > 0;
-        if (c.report_unscales) self->send(st.keeper, IterationClosed{c.k, it.unscales, abandoned});
-        IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled};
-        for (auto& s : st.subscribers)
-          caf::anon_send(s.who, d);
-      },
+      [=](StepJob& job) -> caf::result<JobDone> { return run_job(self, job); },
+      [=](CloseIteration c) { close_iteration(self, c); },
       [=](subscribe_atom, trainer_actor who) { subscribe(self, std::move(who), true); },
       [=](subscribe_atom, trainer_actor who, bool steps) {
         subscribe(self, std::move(who), steps);
       },
-      [=](unsubscribe_atom, trainer_actor who) {
-        auto& subs = self->state.subscribers;
-        subs.erase(
-            std::remove_if(subs.begin(), subs.end(), [&](const auto& s) { return s.who == who; }),
-            subs.end());
-      },
+      [=](unsubscribe_atom, trainer_actor who) { drop_subscriber(self, who); },
   };
 }
 
@@ -323,7 +330,8 @@ void unsubscribe(const ScalerActors& actors, const trainer_actor& who) {
 ScalerActors spawn_scaler_actors(caf::actor_system& sys, const GradScalerOptions& opts,
                                  ScalePolicy policy, OptimizerActorOptions options) {
   ScalerActors a;
-  a.keeper = spawn_scale_keeper(sys, opts, policy, options.detached());
+  a.keeper =
+      spawn_scale_keeper(sys, opts, KeeperOptions().policy(policy).detached(options.detached()));
   a.optimizer = spawn_optimizer_actor(sys, a.keeper, opts, std::move(options));
   return a;
 }

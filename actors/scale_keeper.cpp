@@ -115,13 +115,19 @@ scale_keeper_actor::behavior_type keeper(keeper_ptr self, std::shared_ptr<Keeper
 }  // namespace
 
 scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
-                                      ScalePolicy policy, bool detached,
-                                      std::shared_ptr<KeeperTap> tap) {
+                                      const KeeperOptions& options) {
   // Built here, so bad options throw to the caller and the tap hears started() before this
   // returns; the actor is its only owner from then on.
-  auto core = std::make_shared<KeeperCore>(opts, policy, std::move(tap));
-  if (detached) return sys.spawn<caf::detached>(keeper, std::move(core));
+  auto core = std::make_shared<KeeperCore>(opts, options.policy(), options.tap());
+  if (options.detached()) return sys.spawn<caf::detached>(keeper, std::move(core));
   return sys.spawn(keeper, std::move(core));
+}
+
+scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
+                                      ScalePolicy policy, bool detached,
+                                      std::shared_ptr<KeeperTap> tap) {
+  return spawn_scale_keeper(sys, opts,
+                            KeeperOptions().policy(policy).detached(detached).tap(std::move(tap)));
 }
 
 }  // namespace ampactor

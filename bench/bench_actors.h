@@ -1,8 +1,8 @@
 // What the sections of ampactor-bench-actors share: includes, the actor system config,
 // formatting, the round-trip helpers and the tiny workload.
 #pragma once
+#include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/scale_keeper.h>
-#include <ampactor/grad_scaler.h>
 #include <ampactor/messages/messages.h>
 #include <ampactor/messages/registry.h>
 #include <ampactor/scaler/local_grad_scaler.h>

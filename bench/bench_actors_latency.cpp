@@ -27,15 +27,15 @@ json bench_latency(const GradScalerOptions& opts, int n, int blocks, double warm
   json out = json::object();
   {
     caf::scoped_actor self{sys};
-    auto keeper = spawn_scale_keeper(sys, opts, ScalePolicy::exact);
+    auto keeper = spawn_scale_keeper(sys, opts, KeeperOptions().detached(false));
     // The keeper as GradScaler spawns it: a thread of its own.
-    auto keeper_detached = spawn_scale_keeper(sys, opts, ScalePolicy::exact, /*detached=*/true);
+    auto keeper_detached = spawn_scale_keeper(sys, opts, KeeperOptions().detached(true));
     auto echo = sys.spawn(echo_actor);
     auto echo_detached = sys.spawn<caf::detached>(echo_actor);
     // The same keeper in an actor system whose workers wait on a condition variable (CAF's
     // work-sharing policy) instead of polling and sleeping (work stealing, the default).
     caf::scoped_actor self_sharing{sys_sharing};
-    auto keeper_sharing = spawn_scale_keeper(sys_sharing, opts, ScalePolicy::exact);
+    auto keeper_sharing = spawn_scale_keeper(sys_sharing, opts, KeeperOptions().detached(false));
     std::vector<Target> ts;
     ts.emplace_back(
         "keeper_detached", "scale_keeper (detached thread, as GradScaler spawns it)",

@@ -3,54 +3,11 @@
 
 namespace ampactor::bench::actors {
 
-json bench_overhead(const GradScalerOptions& opts, int rounds, int iters, int settle_ms,
-                    double& overhead_out) {
-  std::cout << "\n[2. per-iteration cost on a tiny workload: fp32 params of 256 and 16x16, SGD; "
-            << rounds << " rounds x " << iters << " iterations, variants interleaved, " << settle_ms
-            << " ms pause before each]\n";
-  const std::vector<at::Tensor> init{at::randn({256}), at::randn({16, 16})};
-  const std::vector<at::Tensor> grads{at::randn({256}) * 1000, at::randn({16, 16}) * 1000};
-  const at::Tensor one = at::ones({1});
+namespace {
 
-  // A system of our own for the work-sharing variant: it must outlive its scaler.
-  BenchConfig cfg_sharing;
-  cfg_sharing.set("scheduler.policy", caf::atom("sharing"));
-  caf::actor_system sys_sharing{cfg_sharing};
-
-  Tiny m_local(init, grads), m_step(init, grads), m_sharing(init, grads), m_submit(init, grads),
-      m_lagged(init, grads);
-  LocalGradScaler local(opts);
-  GradScaler actor_step(opts);  // each owns its own actor system, as a default GradScaler does
-  GradScaler actor_sharing(sys_sharing, opts);
-  GradScaler actor_submit(opts);
-  GradScaler actor_lagged(opts, ScalePolicy::lagged);
-
-  // Each variant's loop, untimed (marks == nullptr) or with phase marks.
-  auto with_marks = [](auto&& body) {
-    return [body](int n, Marks* marks) {
-      if (marks) {
-        body(n, *marks);
-      } else {
-        NoMarks none;
-        body(n, none);
-      }
-    };
-  };
-  std::vector<Variant> vs;
-  vs.emplace_back("local", "LocalGradScaler (no threads)", kStepPhases,
-                  with_marks([&](int n, auto& mk) { step_loop(local, m_local, one, n, mk); }));
-  vs.emplace_back("actor_step", "GradScaler step() (exact)", kStepPhases,
-                  with_marks([&](int n, auto& mk) { step_loop(actor_step, m_step, one, n, mk); }));
-  vs.emplace_back(
-      "actor_step_sharing", "GradScaler step(), work-sharing system", kStepPhases,
-      with_marks([&](int n, auto& mk) { step_loop(actor_sharing, m_sharing, one, n, mk); }));
-  vs.emplace_back(
-      "actor_submit", "GradScaler submit() (exact)", kSubmitPhases,
-      with_marks([&](int n, auto& mk) { submit_loop(actor_submit, m_submit, one, n, mk); }));
-  vs.emplace_back(
-      "actor_submit_lagged", "GradScaler submit() (lagged)", kSubmitPhases,
-      with_marks([&](int n, auto& mk) { submit_loop(actor_lagged, m_lagged, one, n, mk); }));
-
+/// The variants' loops: a warm-up, then `rounds` rounds of each variant timed and instrumented,
+/// in an order rotating from round to round; the figures into each Variant.
+void run_rounds(std::vector<Variant>& vs, int rounds, int iters, int settle_ms) {
   for (Variant& v : vs)
     v.loop(std::max(1, iters / 5), nullptr);  // warm-up: allocations, first scale, threads awake
   for (int r = 0; r < rounds; ++r) {
@@ -79,7 +36,10 @@ json bench_overhead(const GradScalerOptions& opts, int rounds, int iters, int se
   for (Variant& v : vs)
     for (auto& p : v.phase_us)
       v.phase_median_us.push_back(median_of(p));
+}
 
+/// The medians of each variant, printed against the first (LocalGradScaler) and returned.
+json summarize(std::vector<Variant>& vs) {
   json out = json::object();
   for (Variant& v : vs) {
     v.median_us = median_of(v.per_iter_us);
@@ -111,6 +71,62 @@ json bench_overhead(const GradScalerOptions& opts, int rounds, int iters, int se
       out[v.key]["ratio_vs_local"] = v.median_us / base;
     }
   }
+  return out;
+}
+
+}  // namespace
+
+json bench_overhead(const GradScalerOptions& opts, int rounds, int iters, int settle_ms,
+                    double& overhead_out) {
+  std::cout << "\n[2. per-iteration cost on a tiny workload: fp32 params of 256 and 16x16, SGD; "
+            << rounds << " rounds x " << iters << " iterations, variants interleaved, " << settle_ms
+            << " ms pause before each]\n";
+  const std::vector<at::Tensor> init{at::randn({256}), at::randn({16, 16})};
+  const std::vector<at::Tensor> grads{at::randn({256}) * 1000, at::randn({16, 16}) * 1000};
+  const at::Tensor one = at::ones({1});
+
+  // A system of our own for the work-sharing variant: it must outlive its scaler.
+  BenchConfig cfg_sharing;
+  cfg_sharing.set("scheduler.policy", caf::atom("sharing"));
+  caf::actor_system sys_sharing{cfg_sharing};
+
+  Tiny m_local(init, grads), m_step(init, grads), m_sharing(init, grads), m_submit(init, grads),
+      m_lagged(init, grads);
+  LocalGradScaler local(opts);
+  GradScaler actor_step(opts);  // each owns its own actor system, as a default GradScaler does
+  GradScaler actor_sharing(sys_sharing, opts);
+  GradScaler actor_submit(opts);
+  GradScaler actor_lagged(opts, KeeperOptions().policy(ScalePolicy::lagged));
+
+  // Each variant's loop, untimed (marks == nullptr) or with phase marks.
+  auto with_marks = [](auto&& body) {
+    return [body](int n, Marks* marks) {
+      if (marks) {
+        body(n, *marks);
+      } else {
+        NoMarks none;
+        body(n, none);
+      }
+    };
+  };
+  std::vector<Variant> vs;
+  vs.emplace_back("local", "LocalGradScaler (no threads)", kStepPhases,
+                  with_marks([&](int n, auto& mk) { step_loop(local, m_local, one, n, mk); }));
+  vs.emplace_back("actor_step", "GradScaler step() (exact)", kStepPhases,
+                  with_marks([&](int n, auto& mk) { step_loop(actor_step, m_step, one, n, mk); }));
+  vs.emplace_back(
+      "actor_step_sharing", "GradScaler step(), work-sharing system", kStepPhases,
+      with_marks([&](int n, auto& mk) { step_loop(actor_sharing, m_sharing, one, n, mk); }));
+  vs.emplace_back(
+      "actor_submit", "GradScaler submit() (exact)", kSubmitPhases,
+      with_marks([&](int n, auto& mk) { submit_loop(actor_submit, m_submit, one, n, mk); }));
+  vs.emplace_back(
+      "actor_submit_lagged", "GradScaler submit() (lagged)", kSubmitPhases,
+      with_marks([&](int n, auto& mk) { submit_loop(actor_lagged, m_lagged, one, n, mk); }));
+
+  run_rounds(vs, rounds, iters, settle_ms);
+  json out = summarize(vs);
+  const double base = vs[0].median_us;
   overhead_out = vs[1].median_us - base;
   // Every scaler saw the same gradients (no overflow) the same number of times, so their scales
   // must agree: a cheap check that each loop really ran its iterations.

@@ -6,9 +6,9 @@
 //  2. the data-parallel pipeline: what the trainer waits for per iteration (in step() and in
 //     scale()) at staleness 0 and at staleness 1 with defer + swap, beside what the gradient
 //     average itself takes on the optimizer thread.
-#include <ampactor/async_optimizer.h>
-#include <ampactor/dist/dist.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
+#include <ampactor/distributed/dist.h>
 
 #include <ATen/Parallel.h>
 #include <torch/nn/modules/container/sequential.h>

@@ -5,8 +5,8 @@
 // and the weights' cast) and with optim::FusedAdam (one pass over the pinned grads and weights),
 // in one run. The micro-batches per iteration are chosen so that the GPU's forward+backward takes
 // about as long as LibTorch's step, where overlap pays most (ideal ratio 0.5).
-#include <ampactor/async_optimizer.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 
 #include <ATen/ops/empty.h>

@@ -21,11 +21,11 @@ RoundPipe (https://github.com/ITcarrot/RoundPipe) is used unmodified: its roundp
 is imported as is, and its csrc/adam.cpp is built with torch.utils.cpp_extension.load and the
 flags of its optim_builder.py (-Ofast -fopenmp -mtune=native -march=native); only that builder
 (which also needs py-cpuinfo) is replaced. Get its sources beside the project, e.g.
-  git clone https://github.com/ITcarrot/RoundPipe /work/roundpipe-git     (or, from a bare mirror:
-  mkdir -p /work/roundpipe-src && git --git-dir=<mirror> archive HEAD | tar -x -C /work/roundpipe-src)
+  git clone https://github.com/ITcarrot/RoundPipe roundpipe-git     (or, from a bare mirror:
+  mkdir -p roundpipe-src && git --git-dir=<mirror> archive HEAD | tar -x -C roundpipe-src)
 Run (needs PyTorch >= 2.4, ninja and g++; 64 Mi needs about 3 GB of memory):
   python bench/bench_optim_peers.py --mparams 1 16 64 --threads 1 2 --reps 5 \
-      --roundpipe-src /work/roundpipe-src --json /tmp/peers.json
+      --roundpipe-src roundpipe-src --json /tmp/peers.json
 Without --roundpipe-src the RoundPipe columns are skipped. CI never runs this script.
 """
 import argparse

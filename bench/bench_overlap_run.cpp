@@ -80,50 +80,67 @@ Timing run(const Workload& w, const Mode& m, int iters, int warmup, double adam_
   return t;
 }
 
-/// One workload: fit the batch, probe the costs alone and together, run every mode interleaved
-/// over the rounds, print the table and return the figures.
-json bench_workload(const Config& c, int rounds, int iters, int warmup, bool quick) {
+namespace {
+
+/// The synchronous pipeline's step time on `w`: the median of three short runs.
+double sync_step_ms(const Workload& w, int warmup, bool quick) {
+  std::vector<double> st;
+  for (int i = 0; i < 3; ++i)
+    st.push_back(run(w, kSyncMode, quick ? 5 : 20, warmup, 0).step_ms);
+  return median_of(st);
+}
+
+/// The batch of `c`'s workload: the one given, or else the one fitted. Forward+backward grows
+/// about linearly with the batch, the optimizer side does not: fit the line through two batches
+/// and solve for forward+backward = the balanced cost.
+std::int64_t choose_batch(const Config& c, int warmup, bool quick) {
   auto make = [&](std::int64_t b) {
     return Workload(c.kind, c.vocab, c.tokens, c.dim, c.hidden, b);
   };
-  // Choose the batch: forward+backward grows about linearly with it, the optimizer side does not.
-  // Fit the line through two batches and solve for forward+backward = the balanced cost.
   std::int64_t b = c.batch;
+  if (b != 0) return b;
   const int reps = quick ? 3 : 7;
-  auto sync_step_ms = [&](const Workload& w) {
-    std::vector<double> st;
-    for (int i = 0; i < 3; ++i)
-      st.push_back(run(w, kSyncMode, quick ? 5 : 20, warmup, 0).step_ms);
-    return median_of(st);
-  };
   // What forward+backward should cost at the fitted batch, given the Adam step measured there.
   auto balanced_ms = [&](const Workload& w, double adam_ms) {
-    return c.balance == "adam" ? adam_ms : sync_step_ms(w);
+    return c.balance == "adam" ? adam_ms : sync_step_ms(w, warmup, quick);
   };
-  if (b == 0) {
-    // The embedding workload costs less per row (a narrow input), so its second point is further.
-    const std::int64_t b1 = 8, b2 = c.kind == "embed" ? 512 : 128;
-    const auto [f1, o1] = cost_ms(make(b1), reps);
-    const auto [f2, o2] = cost_ms(make(b2), reps);
-    const double slope = (f2 - f1) / double(b2 - b1);
-    const double o = balanced_ms(make(b1), 0.5 * (o1 + o2));
-    b = slope > 0 ? std::int64_t(double(b1) + (o - f1) / slope + 0.5) : b1;
-    b = std::clamp<std::int64_t>(b, 1, 1 << 16);
-    // Two points far apart fit the line only roughly (this machine's timings drift): check at
-    // the chosen batch and correct along the slope while the two sides differ by over 10%.
-    for (int i = 0; i < 2 && slope > 0 && !quick; ++i) {
-      const Workload at_b = make(b);
-      const auto [fb, adam] = cost_ms(at_b, reps);
-      const double target = balanced_ms(at_b, adam);
-      if (std::abs(fb - target) <= 0.1 * target) break;
-      b = std::clamp<std::int64_t>(std::int64_t(double(b) + (target - fb) / slope + 0.5), 1,
-                                   1 << 16);
-    }
+  // The embedding workload costs less per row (a narrow input), so its second point is further.
+  const std::int64_t b1 = 8, b2 = c.kind == "embed" ? 512 : 128;
+  const auto [f1, o1] = cost_ms(make(b1), reps);
+  const auto [f2, o2] = cost_ms(make(b2), reps);
+  const double slope = (f2 - f1) / double(b2 - b1);
+  const double o = balanced_ms(make(b1), 0.5 * (o1 + o2));
+  b = slope > 0 ? std::int64_t(double(b1) + (o - f1) / slope + 0.5) : b1;
+  b = std::clamp<std::int64_t>(b, 1, 1 << 16);
+  // Two points far apart fit the line only roughly (this machine's timings drift): check at
+  // the chosen batch and correct along the slope while the two sides differ by over 10%.
+  for (int i = 0; i < 2 && slope > 0 && !quick; ++i) {
+    const Workload at_b = make(b);
+    const auto [fb, adam] = cost_ms(at_b, reps);
+    const double target = balanced_ms(at_b, adam);
+    if (std::abs(fb - target) <= 0.1 * target) break;
+    b = std::clamp<std::int64_t>(std::int64_t(double(b) + (target - fb) / slope + 0.5), 1, 1 << 16);
   }
-  const Workload w = make(b);
-  const auto [fb_ms, opt_ms] = cost_ms(w, reps);
-  const double step_ms_sync = sync_step_ms(w);
-  const auto [fb_conc_ms, opt_conc_ms] = concurrent_cost_ms(w, 4 * reps);
+  return b;
+}
+
+/// The costs of the workload's two halves, alone and together.
+struct Costs {
+  double fb_ms, opt_ms;            // forward+backward, Adam step, each alone on one thread
+  double step_ms_sync;             // the synchronous pipeline's whole step
+  double fb_conc_ms, opt_conc_ms;  // both at once, one on each core
+};
+
+Costs measure_costs(const Workload& w, int warmup, bool quick) {
+  const int reps = quick ? 3 : 7;
+  Costs k;
+  std::tie(k.fb_ms, k.opt_ms) = cost_ms(w, reps);
+  k.step_ms_sync = sync_step_ms(w, warmup, quick);
+  std::tie(k.fb_conc_ms, k.opt_conc_ms) = concurrent_cost_ms(w, 4 * reps);
+  return k;
+}
+
+void print_costs(const Config& c, const Workload& w, const Costs& k, int rounds, int iters) {
   std::cout << "\n== workload " << c.kind << ": " << w.describe() << ", Adam, exact policy\n"
             << "batch " << (c.batch ? "given" : "fitted") << ", balance " << c.balance
             << ": forward+backward against "
@@ -131,19 +148,23 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
                                     : "the synchronous pipeline's whole step")
             << "\n"
             << "alone on one thread: forward+backward " << std::fixed << std::setprecision(2)
-            << fb_ms << " ms, Adam step " << opt_ms << " ms (ratio " << opt_ms / fb_ms << ")\n"
+            << k.fb_ms << " ms, Adam step " << k.opt_ms << " ms (ratio " << k.opt_ms / k.fb_ms
+            << ")\n"
             << "synchronous pipeline's step (grad move, Adam, weight copy, hand-offs): "
-            << step_ms_sync << " ms (ratio " << step_ms_sync / fb_ms << ")\n"
-            << "both at once, one on each core: forward+backward " << fb_conc_ms
-            << " ms, Adam step " << opt_conc_ms << " ms (" << fb_conc_ms / fb_ms << "x and "
-            << opt_conc_ms / opt_ms << "x alone)\n"
+            << k.step_ms_sync << " ms (ratio " << k.step_ms_sync / k.fb_ms << ")\n"
+            << "both at once, one on each core: forward+backward " << k.fb_conc_ms
+            << " ms, Adam step " << k.opt_conc_ms << " ms (" << k.fb_conc_ms / k.fb_ms << "x and "
+            << k.opt_conc_ms / k.opt_ms << "x alone)\n"
             << rounds << " rounds x " << iters << " iterations per mode, order rotating\n";
+}
 
+/// Every mode, in the order of the table.
+std::vector<Mode> all_modes() {
   auto fused = [](Mode m) {
     m.fused = true;
     return m;
   };
-  const std::vector<Mode> modes = {
+  return {
       {"local", "LocalGradScaler, no pipeline (reference)", -1, ScalePolicy::exact},
       kSyncMode,
       {"async", "pipeline, staleness 1 (asynchronous)", 1, ScalePolicy::exact},
@@ -164,31 +185,31 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
       fused({"async_fused_defer_swap", "pipeline, defer + swap, FusedAdam", 1, ScalePolicy::exact,
              true, false, true}),
   };
+}
+
+/// Every mode once a round, the order rotating; got[mode][round].
+std::vector<std::vector<Timing>> run_rounds(const Workload& w, const std::vector<Mode>& modes,
+                                            int rounds, int iters, int warmup, double adam_ms) {
   std::vector<std::vector<Timing>> got(modes.size());
   for (int r = 0; r < rounds; ++r) {
     for (std::size_t i = 0; i < modes.size(); ++i) {
       const std::size_t m = (i + std::size_t(r)) % modes.size();
-      got[m].push_back(run(w, modes[m], iters, warmup, opt_ms));
+      got[m].push_back(run(w, modes[m], iters, warmup, adam_ms));
     }
     std::cout << "  round " << r + 1 << "/" << rounds << " done" << std::endl;
   }
+  return got;
+}
 
-  json res = {{"description", w.describe()},
-              {"vocab", w.embed() ? w.vocab : 0},
-              {"tokens", w.embed() ? w.tokens : 0},
-              {"dim", w.dim},
-              {"hidden", w.hidden},
-              {"batch", b},
-              {"balance", c.balance},
-              {"sync_pipeline_step_ms", step_ms_sync},
-              {"parameters", w.params()},
-              {"forward_backward_ms", fb_ms},
-              {"adam_step_ms", opt_ms},
-              {"forward_backward_concurrent_ms", fb_conc_ms},
-              {"adam_step_concurrent_ms", opt_conc_ms},
-              {"rounds", rounds},
-              {"iterations", iters}};
-  std::vector<double> med(modes.size()), scale_share(modes.size()), step_ms(modes.size());
+/// The medians of one mode's rounds.
+struct Medians {
+  double iter_ms, scale_share, step_ms;
+};
+
+/// The table of the modes' medians, also written to res["modes"].
+std::vector<Medians> print_modes(const std::vector<Mode>& modes,
+                                 const std::vector<std::vector<Timing>>& got, json& res) {
+  std::vector<Medians> med(modes.size());
   std::cout << "\n"
             << std::left << std::setw(42) << "mode" << std::right << std::setw(10) << "ms/iter"
             << std::setw(12) << "in scale()" << std::setw(10) << "share" << std::setw(12)
@@ -200,40 +221,51 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
       it.push_back(t.iter_ms), sc.push_back(t.scale_ms), st.push_back(t.step_ms);
       share.push_back(t.scale_ms / t.iter_ms);
     }
-    med[m] = median_of(it);
-    scale_share[m] = median_of(share);
-    step_ms[m] = median_of(st);
+    med[m] = {median_of(it), median_of(share), median_of(st)};
     res["modes"][modes[m].key] = {{"label", modes[m].label},
-                                  {"iteration_ms_median", med[m]},
+                                  {"iteration_ms_median", med[m].iter_ms},
                                   {"iteration_ms_rounds", it},
                                   {"scale_wait_ms_median", median_of(sc)},
-                                  {"scale_wait_share_median", scale_share[m]},
-                                  {"step_wait_ms_median", step_ms[m]}};
+                                  {"scale_wait_share_median", med[m].scale_share},
+                                  {"step_wait_ms_median", med[m].step_ms}};
     std::cout << std::left << std::setw(42) << modes[m].label << std::right << std::fixed
-              << std::setprecision(2) << std::setw(10) << med[m];
+              << std::setprecision(2) << std::setw(10) << med[m].iter_ms;
     if (modes[m].staleness >= 0)
       std::cout << std::setw(9) << median_of(sc) * 1000 << " us" << std::setw(9)
-                << 100 * scale_share[m] << "%" << std::setw(9) << step_ms[m] << " ms";
+                << 100 * med[m].scale_share << "%" << std::setw(9) << med[m].step_ms << " ms";
     std::cout << "\n";
   }
-  // Ratios per round (each round ran every mode side by side), then their median.
-  auto index = [&](const std::string& key) {
+  return med;
+}
+
+/// Ratios of the modes' iteration times per round (each round ran every mode side by side).
+struct Ratios {
+  const std::vector<Mode>& modes;
+  const std::vector<std::vector<Timing>>& got;
+
+  std::size_t index(const std::string& key) const {
     return std::size_t(
         std::find_if(modes.begin(), modes.end(), [&](const Mode& m) { return m.key == key; }) -
         modes.begin());
-  };
-  auto ratio_to_sync = [&](std::size_t m, std::size_t sync) {
+  }
+  std::vector<double> to_sync(std::size_t m, std::size_t sync) const {
     std::vector<double> r;
-    for (int i = 0; i < rounds; ++i)
-      r.push_back(got[m][std::size_t(i)].iter_ms / got[sync][std::size_t(i)].iter_ms);
+    for (std::size_t i = 0; i < got[m].size(); ++i)
+      r.push_back(got[m][i].iter_ms / got[sync][i].iter_ms);
     return r;
-  };
+  }
+};
+
+/// The goals: each asynchronous mode against the synchronous one, into res["goals"].
+void report_goals(const Config& c, const Ratios& ratios, const std::vector<Medians>& med,
+                  json& res) {
+  const std::vector<Mode>& modes = ratios.modes;
   std::cout << "\n";
-  for (std::size_t m :
-       {index("async"), index("async_swap"), index("async_defer"), index("async_defer_swap")}) {
-    const auto rs = ratio_to_sync(m, index("sync"));
+  for (std::size_t m : {ratios.index("async"), ratios.index("async_swap"),
+                        ratios.index("async_defer"), ratios.index("async_defer_swap")}) {
+    const auto rs = ratios.to_sync(m, ratios.index("sync"));
     const double ratio = median_of(rs);
-    const double wait = scale_share[m];
+    const double wait = med[m].scale_share;
     res["goals"][modes[m].key] = {{"async_over_sync", ratio},
                                   {"async_over_sync_rounds", rs},
                                   {"async_over_sync_max", kRatioGoal},
@@ -248,8 +280,15 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
               << "% of the iteration (goal <= " << 100 * kWaitGoalShare
               << "%: " << (wait <= kWaitGoalShare ? "met" : "NOT met") << ")\n";
   }
-  const auto control = ratio_to_sync(index("async_in_cache"), index("sync_in_cache"));
-  const auto control_ds = ratio_to_sync(index("async_defer_swap_in_cache"), index("sync_in_cache"));
+}
+
+/// The controls (in-cache optimizer step) and the fused optimizer, into res.
+void report_controls_and_fused(const Ratios& ratios, const std::vector<Medians>& med, double fb_ms,
+                               json& res) {
+  const auto control =
+      ratios.to_sync(ratios.index("async_in_cache"), ratios.index("sync_in_cache"));
+  const auto control_ds =
+      ratios.to_sync(ratios.index("async_defer_swap_in_cache"), ratios.index("sync_in_cache"));
   res["control_async_over_sync"] = median_of(control);
   res["control_async_over_sync_rounds"] = control;
   res["control_defer_swap_over_sync"] = median_of(control_ds);
@@ -258,21 +297,56 @@ json bench_workload(const Config& c, int rounds, int iters, int warmup, bool qui
             << median_of(control) << ", defer + swap / sync " << median_of(control_ds) << "\n";
   // The fused optimizer: what it costs the trainer over forward+backward alone (the limit of
   // overlap), and the pipeline against the thread-free loop with LibTorch's Adam.
-  const std::size_t fds = index("async_fused_defer_swap");
-  const auto vs_local = ratio_to_sync(fds, index("local"));
-  const double over_fb = med[fds] / fb_ms;
+  const std::size_t fds = ratios.index("async_fused_defer_swap");
+  const auto vs_local = ratios.to_sync(fds, ratios.index("local"));
+  const double over_fb = med[fds].iter_ms / fb_ms;
   res["fused"] = {{"defer_swap_over_forward_backward", over_fb},
                   {"defer_swap_over_forward_backward_max", 1.10},
                   {"defer_swap_over_forward_backward_met", over_fb <= 1.10},
                   {"defer_swap_over_local_adam", median_of(vs_local)},
                   {"defer_swap_over_local_adam_rounds", vs_local},
                   {"local_fused_over_local_adam",
-                   median_of(ratio_to_sync(index("local_fused"), index("local")))}};
+                   median_of(ratios.to_sync(ratios.index("local_fused"), ratios.index("local")))}};
   std::cout << "fused: defer + swap iteration / forward+backward alone " << over_fb
             << " (goal <= 1.10: " << (over_fb <= 1.10 ? "met" : "NOT met")
             << "); / LocalGradScaler with LibTorch's Adam " << median_of(vs_local)
             << "; LocalGradScaler with FusedAdam / with LibTorch's Adam "
             << res["fused"]["local_fused_over_local_adam"].get<double>() << "\n";
+}
+
+}  // namespace
+
+/// One workload: fit the batch, probe the costs alone and together, run every mode interleaved
+/// over the rounds, print the table and return the figures.
+json bench_workload(const Config& c, int rounds, int iters, int warmup, bool quick) {
+  const std::int64_t b = choose_batch(c, warmup, quick);
+  const Workload w(c.kind, c.vocab, c.tokens, c.dim, c.hidden, b);
+  const Costs k = measure_costs(w, warmup, quick);
+  print_costs(c, w, k, rounds, iters);
+
+  const std::vector<Mode> modes = all_modes();
+  const std::vector<std::vector<Timing>> got =
+      run_rounds(w, modes, rounds, iters, warmup, k.opt_ms);
+
+  json res = {{"description", w.describe()},
+              {"vocab", w.embed() ? w.vocab : 0},
+              {"tokens", w.embed() ? w.tokens : 0},
+              {"dim", w.dim},
+              {"hidden", w.hidden},
+              {"batch", b},
+              {"balance", c.balance},
+              {"sync_pipeline_step_ms", k.step_ms_sync},
+              {"parameters", w.params()},
+              {"forward_backward_ms", k.fb_ms},
+              {"adam_step_ms", k.opt_ms},
+              {"forward_backward_concurrent_ms", k.fb_conc_ms},
+              {"adam_step_concurrent_ms", k.opt_conc_ms},
+              {"rounds", rounds},
+              {"iterations", iters}};
+  const std::vector<Medians> med = print_modes(modes, got, res);
+  const Ratios ratios{modes, got};
+  report_goals(c, ratios, med, res);
+  report_controls_and_fused(ratios, med, k.fb_ms, res);
   return res;
 }
 

@@ -27,7 +27,7 @@ echo "asan-gate: built in $((SECONDS - start)) s"
 
 # Leaks are not checked: CAF 0.17 and LibTorch keep singletons alive past exit.
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:strict_string_checks=1 ${ASAN_OPTIONS:-}"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$SRC/tests/ubsan.supp ${UBSAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$SRC/tests/support/ubsan.supp ${UBSAN_OPTIONS:-}"
 start=$SECONDS
 (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 900)
 echo "asan-gate: suite passed in $((SECONDS - start)) s"

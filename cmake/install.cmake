@@ -3,13 +3,13 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(_ampactor_libs ampactor_core ampactor_kernels ampactor_optim ampactor_scaler ampactor_protocol
-    ampactor_messages ampactor_keeper ampactor_actors ampactor_trace)
+set(_ampactor_libs ampactor_core ampactor_kernels ampactor_optim ampactor_scaler ampactor_checkpoint
+    ampactor_keeper ampactor_protocol ampactor_messages ampactor_actors ampactor_trace)
 if(AMPACTOR_TORCH_CUDA)
   list(APPEND _ampactor_libs ampactor_kernels_cuda)
 endif()
 if(AMPACTOR_DIST)
-  list(APPEND _ampactor_libs ampactor_dist)
+  list(APPEND _ampactor_libs ampactor_distributed ampactor_dist)
 endif()
 foreach(_lib IN LISTS _ampactor_libs)
   string(REPLACE "ampactor_" "" _name ${_lib})
@@ -21,9 +21,11 @@ set_target_properties(ampactor_all PROPERTIES EXPORT_NAME ampactor)
 install(TARGETS ${_ampactor_libs} ampactor_all EXPORT ampactorTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-set(_ampactor_include_dirs scaler kernels optim messages actors trace)
+# Each library's include/ holds its public headers and nothing else (internal headers live beside
+# the sources), so installing those folders installs exactly the public surface.
+set(_ampactor_include_dirs core kernels optim scaler checkpoint keeper messages actors trace .)
 if(AMPACTOR_DIST)
-  list(APPEND _ampactor_include_dirs dist)
+  list(APPEND _ampactor_include_dirs distributed)
 endif()
 foreach(_dir IN LISTS _ampactor_include_dirs)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_dir}/include/ampactor

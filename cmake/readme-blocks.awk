@@ -1,8 +1,11 @@
-# Every ```cpp block of the README is an excerpt of a program in examples/, which package.examples
-# builds and runs: the block's lines appear in one example file, in the same order (indentation
-# aside). A line "// ..." stands for lines left out. Exit 1, naming the block's first line that no
-# example has at that point, otherwise.
+# Every ```cpp block of a markdown file is an excerpt of a program in examples/, which
+# package.examples builds and runs: the block's lines appear in one example file, in the same order
+# (indentation aside). A line "// ..." stands for lines left out. Exit 1, naming the block's first
+# line that no example has at that point, otherwise. A file with no cpp block fails unless
+# -v need=0 is given (README.md must show at least one; a page of doc/ need not).
 #   awk -v readme=README.md -f cmake/readme-blocks.awk examples/*.cpp README.md
+#   awk -v readme=doc/guide/traces.md -v need=0 -f cmake/readme-blocks.awk examples/*.cpp doc/guide/traces.md
+# cmake/check-doc-blocks.sh runs it over README.md and every doc/**/*.md.
 function trim(s) {
   sub(/^[ \t]+/, "", s)
   sub(/[ \t\r]+$/, "", s)
@@ -35,6 +38,7 @@ inblock && trim($0) == "```" { inblock = 0; ++blocks; check(); next }
 inblock { block[++nblock] = trim($0); next }
 trim($0) == "```cpp" { inblock = 1; nblock = 0; start = FNR; next }
 END {
-  printf("%d cpp blocks, %d excerpts of examples/\n", blocks, matched)
-  exit failed > 0 || blocks == 0
+  printf("%s: %d cpp blocks, %d excerpts of examples/\n", readme, blocks, matched)
+  if (blocks == 0 && need != "0") printf("%s: no cpp block at all (it must show at least one)\n", readme)
+  exit failed > 0 || (blocks == 0 && need != "0")
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ThreadSanitizer gate: the keeper, optimizer, facade, pipeline and fused-optimizer suites
+# The ThreadSanitizer gate: the keeper, messages, actors, pipeline and fused-optimizer suites
 # built with -fsanitize=thread and run against a CAF 0.17.6 built with it too. Debian's
 # libcaf_core is not instrumented, so TSan cannot see the release/acquire pairs of CAF's mailboxes
 # and would report every message hand-off as a race; an instrumented build of the same version
@@ -44,12 +44,12 @@ fi
 cmake -S . -B "$BUILD/project" -DCMAKE_BUILD_TYPE=Release -DAMPACTOR_SANITIZE=thread \
   -DAMPACTOR_CUDA=OFF -DAMPACTOR_BENCH=OFF >/dev/null
 # The fused optimizers' worker pool is threads without CAF: its suite needs no instrumented CAF.
-caf_suites=(ampactor-tests-caf ampactor-tests-facade ampactor-tests-pipeline)
+caf_suites=(ampactor-tests-keeper ampactor-tests-messages ampactor-tests-actors ampactor-tests-pipeline)
 suites=("${caf_suites[@]}" ampactor-tests-optim)
 cmake --build "$BUILD/project" -j "$JOBS" --target "${suites[@]}"
 
 export LD_LIBRARY_PATH=$CAF_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp exitcode=66 history_size=4 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="suppressions=$PWD/tests/support/tsan.supp exitcode=66 history_size=4 ${TSAN_OPTIONS:-}"
 status=0
 for s in "${suites[@]}"; do
   exe=$BUILD/project/tests/$s

@@ -11,7 +11,7 @@
 #include "demo.h"
 
 #ifdef AMPACTOR_DEMO_DIST
-#include <ampactor/dist/dist.h>
+#include <ampactor/distributed/dist.h>
 #endif
 
 namespace demo {

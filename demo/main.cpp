@@ -104,8 +104,9 @@ int main(int argc, char** argv) {
       }
   }
   if (s.device == "cuda" && !torch::cuda::is_available()) {
-    std::cerr << "--device cuda: this LibTorch has no CUDA, or no GPU is visible (Debian's "
-                 "LibTorch is CPU-only: build against a CUDA LibTorch, see the README)\n";
+    std::cerr
+        << "--device cuda: this LibTorch has no CUDA, or no GPU is visible (Debian's "
+           "LibTorch is CPU-only: build against a CUDA LibTorch, see doc/build/gpu-hosts.md)\n";
     return 2;
   }
   try {

@@ -1,8 +1,8 @@
 // One training run of the demo per mode: the model, the optimizer pipeline, the burst, the probes.
-#include <ampactor/async_optimizer.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
+#include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
-#include <ampactor/scaler/scale_state.h>
 #include <ampactor/trace/trace.h>
 
 #include <ATen/Context.h>
@@ -126,7 +126,7 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
                       .ranks(s.ranks);
   const auto policy = lagged ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
   // RoundPipe's rule, emulated: iteration k+1 scales with N as it was after update k-1, and every
-  // overflow backs N off (reference/roundpipe.md); ampactor applies it through update(new_scale).
+  // overflow backs N off (demo/README.md); ampactor applies it through update(new_scale).
   std::optional<ampactor::ScaleState> pending;
   if (roundpipe) {
     pending.emplace(so);
@@ -143,7 +143,7 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
         so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
-    // numbers as without; README "The asynchronous pipeline").
+    // numbers as without; doc/guide/async-pipeline.md).
     pipe = std::make_unique<ampactor::AsyncOptimizer>(model.parameters(), *scaler,
                                                       ampactor::AsyncOptimizerOptions()
                                                           .staleness(async ? 1 : 0)

@@ -4,8 +4,8 @@
 // optimizer on the CPU.
 //
 //   async_steps [TRACE_PATH]    (default run.jsonl; replay it with ampactor-replay TRACE_PATH)
-#include <ampactor/async_optimizer.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/trace/trace.h>  // link ampactor::trace
 #include <torch/torch.h>
@@ -49,7 +49,7 @@ double eval(torch::nn::Sequential& model, const std::vector<Batch>& data) {
 double steps_on_the_optimizer_thread(const std::vector<Batch>& data) {
   auto model = make_model();
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-  ampactor::GradScaler scaler;  // owns a small actor system; or GradScaler(sys, opts, policy)
+  ampactor::GradScaler scaler;  // owns a small actor system; or GradScaler(sys, opts, keeper)
   for (auto& batch : data) {
     optimizer.zero_grad();
     scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
@@ -87,8 +87,8 @@ double the_pipeline(const std::vector<Batch>& data) {
                      .swap_weights(true)      // with defer_grad_move, step() waits only for
                      .defer_grad_move(true);  // the last step and a swap
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
-  torch::optim::AdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2));
-  ampactor::FinishJobs finish(scaler);  // on any way out, the steps in flight end before opt goes
+  // The pipeline owns the optimizer: on any way out, the steps in flight end before it goes.
+  auto& opt = pipe.make_optimizer<torch::optim::AdamW>(torch::optim::AdamWOptions(1e-2));
   for (auto& batch : data) {
     model->zero_grad();
     scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
@@ -106,9 +106,8 @@ double the_fused_pipeline(const std::vector<Batch>& data) {
   ampactor::GradScaler scaler;
   const auto o = ampactor::AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true);
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
-  ampactor::optim::FusedAdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2),
-                                  ampactor::optim::FusedOptions().threads(1));
-  ampactor::FinishJobs finish(scaler);
+  auto& opt = pipe.make_optimizer<ampactor::optim::FusedAdamW>(
+      torch::optim::AdamWOptions(1e-2), ampactor::optim::FusedOptions().threads(1));
   for (auto& batch : data) {
     scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
     pipe.step(opt, [&] { scaler.step(opt); });  // takes the grads: the next backward makes new
@@ -123,8 +122,8 @@ double a_recorded_run(const std::vector<Batch>& data, const std::string& path) {
   auto model = make_model();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   {
-    ampactor::GradScaler scaler(ampactor::GradScalerOptions(), ampactor::ScalePolicy::exact,
-                                ampactor::record_trace(path));
+    ampactor::GradScaler scaler(ampactor::GradScalerOptions(),
+                                ampactor::KeeperOptions().tap(ampactor::record_trace(path)));
     for (auto& batch : data) {
       opt.zero_grad();
       scaler.scale(loss_fn(model->forward(batch.x), batch.y)).backward();
@@ -146,8 +145,7 @@ void the_model_on_the_gpu(const std::vector<Batch>& data) {
   ampactor::GradScaler scaler;
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler,
                                 ampactor::AsyncOptimizerOptions().master_device(at::kCPU));
-  torch::optim::Adam opt(pipe.optim_parameters(), torch::optim::AdamOptions(1e-3));  // on the CPU
-  ampactor::FinishJobs finish(scaler);
+  auto& opt = pipe.make_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-3));  // CPU
   for (auto& batch : data) {
     model->zero_grad();
     at::Tensor x = batch.x.to(at::kCUDA, at::kHalf), y = batch.y.to(at::kCUDA);

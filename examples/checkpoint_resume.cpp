@@ -6,15 +6,17 @@
 //
 // Run it, kill it (even with SIGKILL, even while it writes a checkpoint), run it again: it goes
 // on from the last complete checkpoint, and its final line equals that of a run never killed.
-#include <ampactor/async_optimizer.h>
-#include <ampactor/checkpoint.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/checkpoint.h>
+#include <ampactor/actors/grad_scaler.h>
 #include <torch/torch.h>
 
 #include <sys/stat.h>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace {
@@ -66,42 +68,64 @@ bool flag(int argc, char** argv, const std::string& name) {
   return false;
 }
 
-}  // namespace
+/// The command line.
+struct Args {
+  std::int64_t steps, every;
+  std::string dir, kind;
+  int staleness;
+  bool swap_defer;
+};
 
-int main(int argc, char** argv) try {
-  const std::int64_t steps = std::stoll(arg(argc, argv, "--steps", "300"));
-  const std::int64_t every = std::stoll(arg(argc, argv, "--every", "25"));
-  const std::string dir = arg(argc, argv, "--dir", "ckpt");
-  const std::string kind = arg(argc, argv, "--optimizer", "adam");
-  const int staleness = std::stoi(arg(argc, argv, "--staleness", "1"));
-  const bool swap_defer = flag(argc, argv, "--swap-defer");
-  if (steps < 1 || every < 1 || (kind != "adam" && kind != "sgd")) {
-    std::cerr << "usage: checkpoint_resume [--steps N>0] [--every N>0] [--dir D] "
-                 "[--optimizer adam|sgd] [--staleness 0|1] [--swap-defer]\n";
-    return 2;
-  }
-  ::mkdir(dir.c_str(), 0755);
-  const std::string path = dir + "/last.pt";
+constexpr const char* usage =
+    "usage: checkpoint_resume [--steps N>0] [--every N>0] [--dir D] "
+    "[--optimizer adam|sgd] [--staleness 0|1] [--swap-defer]\n";
 
+/// The options, or nothing when they make no run.
+std::optional<Args> parse_args(int argc, char** argv) {
+  Args a;
+  a.steps = std::stoll(arg(argc, argv, "--steps", "300"));
+  a.every = std::stoll(arg(argc, argv, "--every", "25"));
+  a.dir = arg(argc, argv, "--dir", "ckpt");
+  a.kind = arg(argc, argv, "--optimizer", "adam");
+  a.staleness = std::stoi(arg(argc, argv, "--staleness", "1"));
+  a.swap_defer = flag(argc, argv, "--swap-defer");
+  if (a.steps < 1 || a.every < 1 || (a.kind != "adam" && a.kind != "sgd")) return std::nullopt;
+  return a;
+}
+
+/// The same initial weights on every start; a resumed run then loads the checkpoint's.
+std::shared_ptr<Net> seeded_net() {
   torch::manual_seed(0);
-  auto model = std::make_shared<Net>();
-  ampactor::GradScaler scaler(ampactor::GradScalerOptions().growth_interval(20));
-  ampactor::AsyncOptimizer pipe(model->parameters(), scaler,
-                                ampactor::AsyncOptimizerOptions()
-                                    .staleness(staleness)
-                                    .swap_weights(swap_defer)
-                                    .defer_grad_move(swap_defer));
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (kind == "adam")
-    opt = std::make_unique<torch::optim::Adam>(pipe.optim_parameters(),
-                                               torch::optim::AdamOptions(1e-2));
-  else
-    opt = std::make_unique<torch::optim::SGD>(pipe.optim_parameters(),
-                                              torch::optim::SGDOptions(0.02).momentum(0.9));
-  ampactor::FinishJobs finish(scaler);  // on any way out, the steps in flight end before opt goes
+  return std::make_shared<Net>();
+}
 
-  std::int64_t start = 0;
-  if (struct stat st; ::stat(path.c_str(), &st) == 0) {
+torch::optim::Optimizer* make_optimizer(ampactor::AsyncOptimizer& pipe, const std::string& kind) {
+  if (kind == "adam")
+    return &pipe.make_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(1e-2));
+  return &pipe.make_optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.02).momentum(0.9));
+}
+
+/// A run: the model, the scaler, the pipeline and the optimizer, built the same way on every
+/// start, and the phases that use them.
+struct Run {
+  /// The pipeline owns the optimizer: on any way out, the steps in flight end before it goes
+  /// (members go in reverse order: the pipeline before the scaler and the model).
+  explicit Run(const Args& a)
+      : args(a),
+        path(a.dir + "/last.pt"),
+        model(seeded_net()),
+        scaler(ampactor::GradScalerOptions().growth_interval(20)),
+        pipe(model->parameters(), scaler,
+             ampactor::AsyncOptimizerOptions()
+                 .staleness(a.staleness)
+                 .swap_weights(a.swap_defer)
+                 .defer_grad_move(a.swap_defer)),
+        opt(make_optimizer(pipe, a.kind)) {}
+
+  /// Loads the last complete checkpoint, if there is one; the step to go on from (0 if none).
+  std::int64_t resume() {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return 0;
     // One archive holds the model, the optimizer, the scaler and the pipeline.
     torch::serialize::InputArchive all, m, o, s, p;
     ampactor::load_checkpoint(all, path);  // a damaged file: a clear error, nothing changed
@@ -109,46 +133,79 @@ int main(int argc, char** argv) try {
     model->load(m), opt->load(o), scaler.load(s), pipe.load(p);
     c10::IValue step;
     all.read("step", step);
-    start = step.toInt();
+    const std::int64_t start = step.toInt();
     std::cout << "resumed from " << path << " at step " << start << ", scale " << scaler.get_scale()
               << std::endl;  // flushed: a run killed later still says where it started
+    return start;
   }
 
-  auto checkpoint = [&](std::int64_t done) {
-    torch::serialize::OutputArchive all;
-    torch::serialize::OutputArchive m(all.compilation_unit()), o(all.compilation_unit()),
-        s(all.compilation_unit()), p(all.compilation_unit());
-    pipe.save(p);  // first: it waits for the step in flight, so the optimizer holds still
-    model->save(m), opt->save(o), scaler.save(s);
-    all.write("step", c10::IValue(done));
-    all.write("model", m), all.write("optimizer", o), all.write("scaler", s);
-    all.write("pipeline", p);
-    ampactor::save_atomically(all, path);  // a kill mid-write leaves the previous one whole
-  };
+  /// Trains from step `start` to `--steps`, with a checkpoint every `--every` steps and at the end.
+  void train(std::int64_t start) {
+    auto checkpoint = [&](std::int64_t done) {
+      torch::serialize::OutputArchive all;
+      torch::serialize::OutputArchive m(all.compilation_unit()), o(all.compilation_unit()),
+          s(all.compilation_unit()), p(all.compilation_unit());
+      pipe.save(p);  // first: it waits for the step in flight, so the optimizer holds still
+      model->save(m), opt->save(o), scaler.save(s);
+      all.write("step", c10::IValue(done));
+      all.write("model", m), all.write("optimizer", o), all.write("scaler", s);
+      all.write("pipeline", p);
+      ampactor::save_atomically(all, path);  // a kill mid-write leaves the previous one whole
+    };
 
-  for (std::int64_t step = start; step < steps; ++step) {
-    auto [x, y] = batch(step);
-    torch::Tensor loss = torch::mse_loss(model->forward(x), y);
-    if (step % 40 == 39) loss = loss * 1e6;  // a loss spike: its fp16 grads overflow, skipped
-    scaler.scale(loss).backward();
-    // The optimizer steps the masters on its own thread; with staleness 1 the next forward
-    // overlaps it, on the weights of the step before.
-    pipe.step(*opt, [&] { scaler.step(*opt); });
-    if (!swap_defer) model->zero_grad();  // defer_grad_move has taken the grads already
-    scaler.update();
-    if ((step + 1) % every == 0 || step + 1 == steps) checkpoint(step + 1);
-    if (step % 50 == 0) std::cout << "step " << step << "  loss " << loss.item<float>() << "\n";
+    const std::int64_t steps = args.steps, every = args.every;
+    for (std::int64_t step = start; step < steps; ++step) {
+      auto [x, y] = batch(step);
+      torch::Tensor loss = torch::mse_loss(model->forward(x), y);
+      if (step % 40 == 39) loss = loss * 1e6;  // a loss spike: its fp16 grads overflow, skipped
+      scaler.scale(loss).backward();
+      // The optimizer steps the masters on its own thread; with staleness 1 the next forward
+      // overlaps it, on the weights of the step before.
+      pipe.step(*opt, [&] { scaler.step(*opt); });
+      if (!args.swap_defer) model->zero_grad();  // defer_grad_move has taken the grads already
+      scaler.update();
+      if ((step + 1) % every == 0 || step + 1 == steps) checkpoint(step + 1);
+      if (step % 50 == 0) std::cout << "step " << step << "  loss " << loss.item<float>() << "\n";
+    }
   }
-  pipe.sync();
-  torch::save(scaler, dir + "/scaler.pt");  // the scaler alone, as torch::save(optimizer, f)
-  // For Python: scaler.load_state_dict(torch.load(f)) on a torch.amp.GradScaler.
-  ampactor::write_torch_state_dict(scaler.state_dict(), dir + "/scaler_state_dict.pt");
-  auto [x, y] = batch(steps);
-  std::printf("final: eval loss %.6f  scale %g  tracker %lld  weights %016llx  masters %016llx\n",
-              torch::mse_loss(model->forward(x), y).item<float>(), scaler.get_scale(),
-              static_cast<long long>(scaler.state_dict().get_int("_growth_tracker")),
-              static_cast<unsigned long long>(digest(model->parameters())),
-              static_cast<unsigned long long>(digest(pipe.optim_parameters())));
+
+  /// The scaler's files, and the final line: eval loss, scale, tracker, digests of the weights
+  /// and of the masters, equal for a resumed run and a run never killed.
+  void finish() {
+    pipe.sync();
+    torch::save(scaler, args.dir + "/scaler.pt");  // the scaler alone, as torch::save(optimizer, f)
+    // For Python: scaler.load_state_dict(torch.load(f)) on a torch.amp.GradScaler.
+    ampactor::write_torch_state_dict(scaler.state_dict(), args.dir + "/scaler_state_dict.pt");
+    auto [x, y] = batch(args.steps);
+    std::printf("final: eval loss %.6f  scale %g  tracker %lld  weights %016llx  masters %016llx\n",
+                torch::mse_loss(model->forward(x), y).item<float>(), scaler.get_scale(),
+                static_cast<long long>(scaler.state_dict().get_int("_growth_tracker")),
+                static_cast<unsigned long long>(digest(model->parameters())),
+                static_cast<unsigned long long>(digest(pipe.optim_parameters())));
+  }
+
+  const Args args;
+  const std::string path;  // the checkpoint
+  std::shared_ptr<Net> model;
+  ampactor::GradScaler scaler;
+  ampactor::AsyncOptimizer pipe;
+  torch::optim::Optimizer* opt;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const std::optional<Args> args = parse_args(argc, argv);
+  if (!args) {
+    std::cerr << usage;
+    return 2;
+  }
+  ::mkdir(args->dir.c_str(), 0755);
+
+  Run run(*args);  // built the same way on every start
+  const std::int64_t start = run.resume();
+  run.train(start);
+  run.finish();
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "checkpoint_resume: " << e.what() << "\n";

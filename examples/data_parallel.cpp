@@ -2,9 +2,9 @@
 // together with one scale. Run 2 ranks on this machine with
 //   ampactor-launch --nproc 2 -- ./data_parallel
 // (or torchrun's variables set by hand: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
-#include <ampactor/async_optimizer.h>
-#include <ampactor/dist/dist.h>
-#include <ampactor/grad_scaler.h>
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
+#include <ampactor/distributed/dist.h>
 
 #include <torch/torch.h>
 
@@ -26,8 +26,8 @@ int main() {
   ampactor::AsyncOptimizer pipe(
       model->parameters(), scaler,
       ampactor::AsyncOptimizerOptions().swap_weights(true).defer_grad_move(true));
-  torch::optim::AdamW opt(pipe.optim_parameters(), torch::optim::AdamWOptions(1e-2));
-  ampactor::FinishJobs finish(scaler);  // a rank's error: its steps in flight end before opt goes
+  // Owned by the pipeline: on a rank's error, its steps in flight end before the optimizer goes.
+  auto& opt = pipe.make_optimizer<torch::optim::AdamW>(torch::optim::AdamWOptions(1e-2));
 
   const at::Tensor w_true = torch::randn({32, 1});
   for (int step = 0; step < 60; ++step) {

@@ -6,8 +6,8 @@
 //               reaches load_checkpoint's pickle screen and, past it, LibTorch's reader.
 // Every refusal must be a ScalerError, a refused state_dict must leave the scaler unchanged, and
 // every tensor of a loaded checkpoint must be readable whole.
-#include <ampactor/scaler/checkpoint.h>
-#include <ampactor/scaler/errors.h>
+#include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/core/errors.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
 #include <caffe2/serialize/inline_container.h>

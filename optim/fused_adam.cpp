@@ -5,7 +5,7 @@
 //   p = p + (-lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // with every Scalar rounded to float as ATen rounds it, and bc1 = 1 - b1^step, bc2 = 1 - b2^step
 // in double.
-#include <ampactor/scaler/errors.h>
+#include <ampactor/core/errors.h>
 
 #include <ATen/ops/max.h>
 #include <ATen/ops/zeros_like.h>

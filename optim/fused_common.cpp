@@ -1,6 +1,6 @@
 #include "fused_common.h"
 
-#include <ampactor/scaler/errors.h>
+#include <ampactor/core/errors.h>
 
 #include <ATen/Parallel.h>
 
@@ -38,6 +38,50 @@ std::string at_param(const char* who, const char* what, std::size_t i) {
   return std::string(who) + ": " + what + " " + std::to_string(i) + " ";
 }
 
+void check_grad(const Slot& s, std::size_t i, const char* who) {
+  if (s.grad.is_sparse() || !s.grad.device().is_cpu() ||
+      !grad_dtype_ok(s.grad.scalar_type(), s.p.scalar_type()))
+    throw ScalerError(errc::invalid_gradients,
+                      at_param(who, "gradient", i) +
+                          "must be a dense CPU fp32, fp16 or bf16 "
+                          "tensor, got " +
+                          std::string(c10::toString(s.grad.scalar_type())));
+  if (s.grad.sizes() != s.p.sizes())
+    throw ScalerError(errc::invalid_gradients,
+                      at_param(who, "gradient", i) + "does not have its parameter's shape");
+}
+
+// Sets s.weight to w unless w is the parameter itself (then the step writes it already).
+void pair_weight(Slot& s, const at::Tensor& w, std::size_t i, const char* who) {
+  if (!w.device().is_cpu() || !grad_dtype_ok(w.scalar_type(), s.p.scalar_type()))
+    throw ScalerError(errc::bad_parameters, at_param(who, "weight", i) +
+                                                "must be a CPU fp32, fp16 or bf16 tensor, got " +
+                                                std::string(c10::toString(w.scalar_type())));
+  if (w.sizes() != s.p.sizes())
+    throw ScalerError(errc::bad_parameters,
+                      at_param(who, "weight", i) + "does not have its parameter's shape");
+  if (!w.is_same(s.p)) {
+    if (w.is_alias_of(s.p) || (s.grad.defined() && w.is_alias_of(s.grad)))
+      throw ScalerError(errc::bad_parameters, at_param(who, "weight", i) +
+                                                  "shares memory with its parameter or gradient");
+    s.weight = w;
+  }
+}
+
+// Checks slot i's parameter, then pairs it with its gradient and weight, each checked in turn.
+void pair_slot(Slot& s, std::size_t i, const ScaledStep& step, const char* who) {
+  if (!s.p.device().is_cpu() ||
+      !(s.p.scalar_type() == at::kFloat || s.p.scalar_type() == at::kDouble))
+    throw ScalerError(errc::bad_parameters,
+                      at_param(who, "parameter", i) +
+                          "is not an fp32 or fp64 CPU tensor: fused optimizers step fp32 masters "
+                          "(e.g. AsyncOptimizer::optim_parameters())");
+  s.grad = step.grads().empty() ? s.p.grad() : step.grads()[i];
+  if (s.grad.defined()) check_grad(s, i, who);
+  if (!step.weights().empty() && step.weights()[i].defined())
+    pair_weight(s, step.weights()[i], i, who);
+}
+
 }  // namespace
 
 std::vector<Slot> collect(const std::vector<torch::optim::OptimizerParamGroup>& groups,
@@ -59,46 +103,8 @@ std::vector<Slot> collect(const std::vector<torch::optim::OptimizerParamGroup>& 
     if (f.numel() != 1 || f.scalar_type() != at::kFloat || !f.device().is_cpu())
       throw ScalerError(errc::bad_parameters,
                         std::string(who) + ": found_inf must be a 1-element fp32 CPU tensor");
-  for (std::size_t i = 0; i < n; ++i) {
-    Slot& s = slots[i];
-    if (!s.p.device().is_cpu() ||
-        !(s.p.scalar_type() == at::kFloat || s.p.scalar_type() == at::kDouble))
-      throw ScalerError(errc::bad_parameters,
-                        at_param(who, "parameter", i) +
-                            "is not an fp32 or fp64 CPU tensor: fused optimizers step fp32 masters "
-                            "(e.g. AsyncOptimizer::optim_parameters())");
-    s.grad = step.grads().empty() ? s.p.grad() : step.grads()[i];
-    if (s.grad.defined()) {
-      if (s.grad.is_sparse() || !s.grad.device().is_cpu() ||
-          !grad_dtype_ok(s.grad.scalar_type(), s.p.scalar_type()))
-        throw ScalerError(errc::invalid_gradients,
-                          at_param(who, "gradient", i) +
-                              "must be a dense CPU fp32, fp16 or bf16 "
-                              "tensor, got " +
-                              std::string(c10::toString(s.grad.scalar_type())));
-      if (s.grad.sizes() != s.p.sizes())
-        throw ScalerError(errc::invalid_gradients,
-                          at_param(who, "gradient", i) + "does not have its parameter's shape");
-    }
-    if (!step.weights().empty() && step.weights()[i].defined()) {
-      const at::Tensor& w = step.weights()[i];
-      if (!w.device().is_cpu() || !grad_dtype_ok(w.scalar_type(), s.p.scalar_type()))
-        throw ScalerError(errc::bad_parameters,
-                          at_param(who, "weight", i) +
-                              "must be a CPU fp32, fp16 or bf16 tensor, got " +
-                              std::string(c10::toString(w.scalar_type())));
-      if (w.sizes() != s.p.sizes())
-        throw ScalerError(errc::bad_parameters,
-                          at_param(who, "weight", i) + "does not have its parameter's shape");
-      if (!w.is_same(s.p)) {
-        if (w.is_alias_of(s.p) || (s.grad.defined() && w.is_alias_of(s.grad)))
-          throw ScalerError(
-              errc::bad_parameters,
-              at_param(who, "weight", i) + "shares memory with its parameter or gradient");
-        s.weight = w;
-      }
-    }
-  }
+  for (std::size_t i = 0; i < n; ++i)
+    pair_slot(slots[i], i, step, who);
   return slots;
 }
 

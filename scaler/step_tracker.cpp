@@ -1,6 +1,6 @@
+#include <ampactor/core/errors.h>
 #include <ampactor/kernels/unscale.h>
 #include <ampactor/optim/fused.h>
-#include <ampactor/scaler/errors.h>
 #include <ampactor/scaler/ranks.h>
 #include <ampactor/scaler/step_tracker.h>
 
@@ -220,6 +220,51 @@ bool adoptable(const at::Tensor& g, const at::Tensor& master) {
   return g.scalar_type() == at::kFloat && g.device() == master.device() && g.is_contiguous() &&
          !g.requires_grad() && g.use_count() == 1 && g.storage().use_count() == 1;
 }
+
+/// move_and_unscale_'s plan: each master's gradient after the call (undefined: none), and the
+/// kernels' lists.
+struct GradMove {
+  std::vector<at::Tensor> dest, from, to, adopted;
+};
+
+/// Checks the gradients' shapes and plans the move, installing nothing.
+void plan_move(GradMove& m, const std::vector<at::Tensor>& model_grads,
+               const std::vector<at::Tensor>& masters, bool adopt) {
+  m.dest.resize(masters.size());
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    const at::Tensor& g = model_grads[i];
+    if (!g.defined()) continue;
+    if (g.sizes() != masters[i].sizes())
+      throw ScalerError(errc::invalid_gradients, "move_and_unscale_: model gradient " +
+                                                     std::to_string(i) +
+                                                     " does not have its master's shape");
+    if (adopt && adoptable(g, masters[i])) {
+      m.adopted.push_back(g);
+      m.dest[i] = g;
+      continue;
+    }
+    at::Tensor mg = masters[i].grad();
+    if (!mg.defined() || mg.sizes() != masters[i].sizes() || mg.scalar_type() != at::kFloat)
+      mg = at::empty(masters[i].sizes(), masters[i].options().dtype(at::kFloat));
+    m.from.push_back(g);
+    m.to.push_back(mg);
+    m.dest[i] = mg;
+  }
+}
+
+/// Runs the planned move and the adopted gradients' unscale into `f`, measuring both.
+void run_move(const GradMove& m, float inv_scale, c10::Device device, at::Tensor& f,
+              std::vector<std::pair<double, at::Tensor>>& absmax) {
+  // The move first: if it refuses its input, no adopted gradient has been touched.
+  if (measure_mixed(m.from, f, absmax)) {
+    kernels::move_grads_and_unscale(m.from, m.to, inv_scale, f);
+  } else {
+    at::Tensor a = zero_on(device);
+    kernels::move_grads_and_unscale(m.from, m.to, inv_scale, f, a);
+    if (!m.from.empty()) absmax.emplace_back(dtype_max_of(m.from[0].scalar_type()), a);
+  }
+  if (!m.adopted.empty()) unscale_measured(m.adopted, inv_scale, f, absmax);
+}
 }  // namespace
 
 bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
@@ -231,40 +276,14 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
     throw ScalerError(errc::invalid_gradients,
                       "move_and_unscale_: " + std::to_string(model_grads.size()) +
                           " model gradients for " + std::to_string(masters.size()) + " masters");
-  // Each master's gradient after the call (undefined: none), and the kernels' lists. Nothing is
-  // installed before every check has passed.
-  std::vector<at::Tensor> dest(masters.size()), from, to, adopted;
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    const at::Tensor& g = model_grads[i];
-    if (!g.defined()) continue;
-    if (g.sizes() != masters[i].sizes())
-      throw ScalerError(errc::invalid_gradients, "move_and_unscale_: model gradient " +
-                                                     std::to_string(i) +
-                                                     " does not have its master's shape");
-    if (adopt && adoptable(g, masters[i])) {
-      adopted.push_back(g);
-      dest[i] = g;
-      continue;
-    }
-    at::Tensor mg = masters[i].grad();
-    if (!mg.defined() || mg.sizes() != masters[i].sizes() || mg.scalar_type() != at::kFloat)
-      mg = at::empty(masters[i].sizes(), masters[i].options().dtype(at::kFloat));
-    from.push_back(g);
-    to.push_back(mg);
-    dest[i] = mg;
-  }
+  // Nothing is installed before every check has passed.
+  GradMove m;
+  plan_move(m, model_grads, masters, adopt);
+  const std::vector<at::Tensor>& dest = m.dest;
   const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
   at::Tensor f = zero_on(device);
   std::vector<std::pair<double, at::Tensor>> absmax;
-  // The move first: if it refuses its input, no adopted gradient has been touched.
-  if (measure_mixed(from, f, absmax)) {
-    kernels::move_grads_and_unscale(from, to, inv_scale, f);
-  } else {
-    at::Tensor a = zero_on(device);
-    kernels::move_grads_and_unscale(from, to, inv_scale, f, a);
-    if (!from.empty()) absmax.emplace_back(dtype_max_of(from[0].scalar_type()), a);
-  }
-  if (!adopted.empty()) unscale_measured(adopted, inv_scale, f, absmax);
+  run_move(m, inv_scale, device, f, absmax);
   for (std::size_t i = 0; i < masters.size(); ++i)
     masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
   OptimizerRecord& rec = records_[&opt];

@@ -60,7 +60,7 @@ step_demo() {
 }
 
 step_offload() {
-  "$BUILD/tests/ampactor-tests-offload" &&
+  "$BUILD/tests/ampactor-tests-pipeline" --test-case="offload*" &&
     "$BUILD/bench/ampactor-bench-offload" --json "$LOGDIR/bench-offload.json"
 }
 

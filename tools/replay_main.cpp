@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,180 @@ void print_counts(const WhatIfResult& r) {
             << ")\n";
 }
 
+/// The command line.
+struct Options {
+  std::string path;
+  std::optional<std::string> policy;
+  std::optional<double> init_scale, growth_factor, backoff_factor;
+  std::optional<std::int64_t> growth_interval;
+  std::string csv;
+  bool quiet = false;
+  bool prefix = false;
+  std::vector<std::string> rules;
+  std::string plot;
+
+  /// Whether any of the what-if options is given.
+  bool what() const {
+    return policy || init_scale || growth_factor || backoff_factor || growth_interval;
+  }
+};
+
+void add_options(CLI::App& app, Options& o) {
+  app.add_option("TRACE", o.path, "trace file (JSON Lines)")->required();
+  app.add_option("--policy", o.policy, "what-if: exact or lagged")
+      ->check(CLI::IsMember({"exact", "lagged"}));
+  app.add_option("--init-scale", o.init_scale, "what-if: initial scale");
+  app.add_option("--growth-factor", o.growth_factor, "what-if: growth factor");
+  app.add_option("--backoff-factor", o.backoff_factor, "what-if: backoff factor");
+  app.add_option("--growth-interval", o.growth_interval, "what-if: growth interval");
+  app.add_option("--csv", o.csv, "what-if: write the trajectories to this CSV file");
+  app.add_flag("-q,--quiet", o.quiet, "what-if: counts only, no per-iteration table");
+  app.add_option("--rule", o.rules,
+                 "compare update rules side by side, each NAME[:key=value,...] over the recorded "
+                 "settings (torch, deepspeed, megatron, apex, colossalai, keras, tf, jmp; keys: "
+                 "init_scale, growth_factor, backoff_factor, growth_interval, min_scale, "
+                 "max_scale, hysteresis, consecutive_hysteresis, raise_at_min_scale, policy); "
+                 "repeat it for several");
+  app.add_option("--plot", o.plot, "with --rule: draw the scales into this PNG (gnuplot)");
+  app.add_flag("--prefix", o.prefix,
+               "replay the intact part of a damaged or truncated trace, up to its first bad "
+               "line (exit 3, saying where and why it stopped)");
+}
+
+/// Whether the trace holds the whole recording: empty if so, otherwise why not.
+std::string incompleteness(const Trace& trace) {
+  if (trace.stopped_at)
+    return "the intact part ends before line " + std::to_string(trace.stopped_at) + " (" +
+           trace.stop_reason + ")";
+  if (!trace.complete) return "no trailer: the recording was cut short (a crash or a kill)";
+  return "";
+}
+
+/// --rule: the rules side by side, their CSV and their plot.
+int compare_rules(const Options& o, const Trace& trace, const std::string& incomplete) {
+  if (o.what()) {
+    std::cerr << "ampactor-replay: --rule takes its settings in its spec (e.g. "
+                 "--rule torch:growth_interval=100), not in the other what-if options\n";
+    return 2;
+  }
+  std::vector<tools::RuleRun> runs;
+  for (const auto& spec : o.rules) {
+    try {
+      const TraceHeader settings = tools::parse_rule_spec(spec, trace.header);
+      runs.push_back({spec, settings, what_if(trace, settings)});
+    } catch (const std::exception& e) {
+      std::cerr << "ampactor-replay: " << spec << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
+  if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
+  tools::print_rules(std::cout, runs, o.quiet);
+  const std::string data = !o.csv.empty() ? o.csv : !o.plot.empty() ? o.plot + ".csv" : "";
+  if (!data.empty()) {
+    std::ofstream out(data);
+    out << tools::rules_csv(runs);
+    if (!out) {
+      std::cerr << "ampactor-replay: cannot write " << data << "\n";
+      return 2;
+    }
+  }
+  if (!o.plot.empty()) {
+    const std::string gp = o.plot + ".gp";
+    std::ofstream(gp) << tools::rules_gnuplot(data, o.plot, runs);
+    if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
+      std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install "
+                   "gnuplot-nox); the data is in "
+                << data << " and the script in " << gp << "\n";
+      return 2;
+    }
+    std::cout << "plot: " << o.plot << "\n";
+  }
+  return 0;
+}
+
+/// No what-if option: whether the trace replays bit for bit.
+int check_replay(const Options& o, const Trace& trace, const std::string& incomplete) {
+  if (!o.csv.empty()) {
+    std::cerr << "ampactor-replay: --csv needs a what-if option\n";
+    return 2;
+  }
+  const ReplayResult r = replay_trace(trace);
+  if (r.identical && incomplete.empty()) {
+    std::cout << o.path << ": identical (" << r.matched << " events)\n";
+    return 0;
+  }
+  if (r.identical) {
+    std::cout << o.path << ": identical as far as it goes (" << r.matched
+              << " events), but INCOMPLETE: " << incomplete << "\n";
+    return 3;
+  }
+  if (!incomplete.empty()) std::cout << o.path << ": INCOMPLETE: " << incomplete << "\n";
+  std::cout << o.path << ":" << r.line << ": first divergence (" << r.matched
+            << " events matched before it)\n"
+            << "  expected: " << (r.expected.empty() ? "(nothing: the trace ends)" : r.expected)
+            << "\n"
+            << "  got:      " << (r.got.empty() ? "(nothing)" : r.got) << "\n";
+  return 1;
+}
+
+/// The per-iteration table of a what-if replay.
+void print_rows(const WhatIfResult& r) {
+  std::cout << std::setw(8) << "k" << std::setw(10) << "found_inf" << std::setw(16) << "recorded"
+            << std::setw(16) << "what-if"
+            << "  events\n";
+  for (const auto& w : r.rows) {
+    std::cout << std::setw(8) << w.k << std::setw(10) << (w.found_inf ? "inf" : "") << std::setw(16)
+              << w.recorded_scale << std::setw(16) << w.whatif_scale << "  "
+              << (w.recorded_backoff ? "backoff"
+                  : w.recorded_grew  ? "grow"
+                                     : "-")
+              << " / "
+              << (w.whatif_backoff ? "backoff"
+                  : w.whatif_grew  ? "grow"
+                                   : "-")
+              << "\n";
+  }
+}
+
+std::string describe(const TraceHeader& h) {
+  std::ostringstream o;
+  o << (h.policy == ScalePolicy::lagged ? "lagged" : "exact") << ", init " << h.opts.init_scale()
+    << ", growth " << h.opts.growth_factor() << ", backoff " << h.opts.backoff_factor()
+    << ", interval " << h.opts.growth_interval();
+  return o.str();
+}
+
+/// The what-if options: the trace's found_inf sequence replayed under those settings.
+int replay_what_if(const Options& o, const Trace& trace, const std::string& incomplete) {
+  TraceHeader settings = trace.header;
+  if (o.policy) settings.policy = *o.policy == "lagged" ? ScalePolicy::lagged : ScalePolicy::exact;
+  try {
+    if (o.init_scale) settings.opts.init_scale(*o.init_scale);
+    if (o.growth_factor) settings.opts.growth_factor(*o.growth_factor);
+    if (o.backoff_factor) settings.opts.backoff_factor(*o.backoff_factor);
+    if (o.growth_interval) settings.opts.growth_interval(*o.growth_interval);
+    settings.opts.validate();
+  } catch (const ScalerError& e) {
+    std::cerr << "ampactor-replay: what-if settings refused: " << e.what() << "\n";
+    return 2;
+  }
+  const WhatIfResult r = what_if(trace, settings);
+  if (!o.csv.empty()) {
+    std::ofstream out(o.csv);
+    out << what_if_csv(r);
+    if (!out) {
+      std::cerr << "ampactor-replay: cannot write " << o.csv << "\n";
+      return 2;
+    }
+  }
+  std::cout << "recorded: " << describe(trace.header) << "\nwhat-if:  " << describe(settings)
+            << "\n";
+  if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
+  if (!o.quiet) print_rows(r);
+  print_counts(r);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,169 +229,26 @@ int main(int argc, char** argv) {
       "sequence under those settings and prints both scale trajectories and the counts of\n"
       "skips and backoffs side by side. A trace that cannot be read: exit 2. A trace cut short\n"
       "(no trailer) or read with --prefix up to damage, identical as far as it goes: exit 3."};
-  std::string path;
-  std::optional<std::string> policy;
-  std::optional<double> init_scale, growth_factor, backoff_factor;
-  std::optional<std::int64_t> growth_interval;
-  std::string csv;
-  bool quiet = false;
-  bool prefix = false;
-  std::vector<std::string> rules;
-  std::string plot;
-  app.add_option("TRACE", path, "trace file (JSON Lines)")->required();
-  app.add_option("--policy", policy, "what-if: exact or lagged")
-      ->check(CLI::IsMember({"exact", "lagged"}));
-  app.add_option("--init-scale", init_scale, "what-if: initial scale");
-  app.add_option("--growth-factor", growth_factor, "what-if: growth factor");
-  app.add_option("--backoff-factor", backoff_factor, "what-if: backoff factor");
-  app.add_option("--growth-interval", growth_interval, "what-if: growth interval");
-  app.add_option("--csv", csv, "what-if: write the trajectories to this CSV file");
-  app.add_flag("-q,--quiet", quiet, "what-if: counts only, no per-iteration table");
-  app.add_option("--rule", rules,
-                 "compare update rules side by side, each NAME[:key=value,...] over the recorded "
-                 "settings (torch, deepspeed, megatron, apex, colossalai, keras, tf, jmp; keys: "
-                 "init_scale, growth_factor, backoff_factor, growth_interval, min_scale, "
-                 "max_scale, hysteresis, consecutive_hysteresis, raise_at_min_scale, policy); "
-                 "repeat it for several");
-  app.add_option("--plot", plot, "with --rule: draw the scales into this PNG (gnuplot)");
-  app.add_flag("--prefix", prefix,
-               "replay the intact part of a damaged or truncated trace, up to its first bad "
-               "line (exit 3, saying where and why it stopped)");
+  Options o;
+  add_options(app, o);
   CLI11_PARSE(app, argc, argv);
 
   Trace trace;
   try {
-    trace = read_trace(path, prefix);
+    trace = read_trace(o.path, o.prefix);
   } catch (const TraceError& e) {
     std::cerr << "ampactor-replay: " << e.what() << "\n";
-    if (!prefix && e.line() > 1) std::cerr << "(--prefix replays the part before that line)\n";
+    if (!o.prefix && e.line() > 1) std::cerr << "(--prefix replays the part before that line)\n";
     return 2;
   }
   // Whether the trace holds the whole recording, said whatever else is printed.
-  std::string incomplete;
-  if (trace.stopped_at)
-    incomplete = "the intact part ends before line " + std::to_string(trace.stopped_at) + " (" +
-                 trace.stop_reason + ")";
-  else if (!trace.complete)
-    incomplete = "no trailer: the recording was cut short (a crash or a kill)";
+  const std::string incomplete = incompleteness(trace);
 
-  const bool what = policy || init_scale || growth_factor || backoff_factor || growth_interval;
-  if (!rules.empty()) {
-    if (what) {
-      std::cerr << "ampactor-replay: --rule takes its settings in its spec (e.g. "
-                   "--rule torch:growth_interval=100), not in the other what-if options\n";
-      return 2;
-    }
-    std::vector<tools::RuleRun> runs;
-    for (const auto& spec : rules) {
-      try {
-        const TraceHeader settings = tools::parse_rule_spec(spec, trace.header);
-        runs.push_back({spec, settings, what_if(trace, settings)});
-      } catch (const std::exception& e) {
-        std::cerr << "ampactor-replay: " << spec << ": " << e.what() << "\n";
-        return 2;
-      }
-    }
-    if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
-    tools::print_rules(std::cout, runs, quiet);
-    const std::string data = !csv.empty() ? csv : !plot.empty() ? plot + ".csv" : "";
-    if (!data.empty()) {
-      std::ofstream out(data);
-      out << tools::rules_csv(runs);
-      if (!out) {
-        std::cerr << "ampactor-replay: cannot write " << data << "\n";
-        return 2;
-      }
-    }
-    if (!plot.empty()) {
-      const std::string gp = plot + ".gp";
-      std::ofstream(gp) << tools::rules_gnuplot(data, plot, runs);
-      if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
-        std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install "
-                     "gnuplot-nox); the data is in "
-                  << data << " and the script in " << gp << "\n";
-        return 2;
-      }
-      std::cout << "plot: " << plot << "\n";
-    }
-    return 0;
-  }
-  if (!plot.empty()) {
+  if (!o.rules.empty()) return compare_rules(o, trace, incomplete);
+  if (!o.plot.empty()) {
     std::cerr << "ampactor-replay: --plot needs --rule\n";
     return 2;
   }
-  if (!what) {
-    if (!csv.empty()) {
-      std::cerr << "ampactor-replay: --csv needs a what-if option\n";
-      return 2;
-    }
-    const ReplayResult r = replay_trace(trace);
-    if (r.identical && incomplete.empty()) {
-      std::cout << path << ": identical (" << r.matched << " events)\n";
-      return 0;
-    }
-    if (r.identical) {
-      std::cout << path << ": identical as far as it goes (" << r.matched
-                << " events), but INCOMPLETE: " << incomplete << "\n";
-      return 3;
-    }
-    if (!incomplete.empty()) std::cout << path << ": INCOMPLETE: " << incomplete << "\n";
-    std::cout << path << ":" << r.line << ": first divergence (" << r.matched
-              << " events matched before it)\n"
-              << "  expected: " << (r.expected.empty() ? "(nothing: the trace ends)" : r.expected)
-              << "\n"
-              << "  got:      " << (r.got.empty() ? "(nothing)" : r.got) << "\n";
-    return 1;
-  }
-
-  TraceHeader settings = trace.header;
-  if (policy) settings.policy = *policy == "lagged" ? ScalePolicy::lagged : ScalePolicy::exact;
-  try {
-    if (init_scale) settings.opts.init_scale(*init_scale);
-    if (growth_factor) settings.opts.growth_factor(*growth_factor);
-    if (backoff_factor) settings.opts.backoff_factor(*backoff_factor);
-    if (growth_interval) settings.opts.growth_interval(*growth_interval);
-    settings.opts.validate();
-  } catch (const ScalerError& e) {
-    std::cerr << "ampactor-replay: what-if settings refused: " << e.what() << "\n";
-    return 2;
-  }
-  const WhatIfResult r = what_if(trace, settings);
-  if (!csv.empty()) {
-    std::ofstream out(csv);
-    out << what_if_csv(r);
-    if (!out) {
-      std::cerr << "ampactor-replay: cannot write " << csv << "\n";
-      return 2;
-    }
-  }
-  auto describe = [](const TraceHeader& h) {
-    std::ostringstream o;
-    o << (h.policy == ScalePolicy::lagged ? "lagged" : "exact") << ", init " << h.opts.init_scale()
-      << ", growth " << h.opts.growth_factor() << ", backoff " << h.opts.backoff_factor()
-      << ", interval " << h.opts.growth_interval();
-    return o.str();
-  };
-  std::cout << "recorded: " << describe(trace.header) << "\nwhat-if:  " << describe(settings)
-            << "\n";
-  if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
-  if (!quiet) {
-    std::cout << std::setw(8) << "k" << std::setw(10) << "found_inf" << std::setw(16) << "recorded"
-              << std::setw(16) << "what-if"
-              << "  events\n";
-    for (const auto& w : r.rows) {
-      std::cout << std::setw(8) << w.k << std::setw(10) << (w.found_inf ? "inf" : "")
-                << std::setw(16) << w.recorded_scale << std::setw(16) << w.whatif_scale << "  "
-                << (w.recorded_backoff ? "backoff"
-                    : w.recorded_grew  ? "grow"
-                                       : "-")
-                << " / "
-                << (w.whatif_backoff ? "backoff"
-                    : w.whatif_grew  ? "grow"
-                                     : "-")
-                << "\n";
-    }
-  }
-  print_counts(r);
-  return 0;
+  if (!o.what()) return check_replay(o, trace, incomplete);
+  return replay_what_if(o, trace, incomplete);
 }

@@ -1,6 +1,6 @@
 #include "replay_rules.h"
 
-#include <ampactor/scaler/errors.h>
+#include <ampactor/core/errors.h>
 
 #include <iomanip>
 #include <sstream>

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <optional>
 
@@ -92,22 +93,29 @@ TraceHeader read_header(const json& j) {
   return h;
 }
 
-TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
-  if (!j.is_object()) throw Bad("expected a JSON object, got " + json_kind(j));
-  TraceEvent e;
-  Reader r{j, "event"};
-  r.integer("seq", e.seq);
-  if (e.seq != expected_seq)
-    throw Bad("sequence number " + std::to_string(e.seq) + " out of order (expected " +
-              std::to_string(expected_seq) + ")");
-  r.integer("k", e.k);
-  r("from", e.from);
-  r("to", e.to);
-  std::string type;
-  r("type", type);
-  const json& raw = r.at("msg");
-  if (!raw.is_object()) r.wrong("msg", raw, "an object");
-  r.done();
+/// Reads a message with its type's reader: everything read_v1 did not take.
+void read_known(TraceEvent& e, const std::string& type, const json& msg, int version) {
+  const Known* kind = nullptr;
+  for (const auto& k : known)
+    if (type == k.name) kind = &k;
+  const bool v2_only = type == "UpdateWhenClosed" || type == "SetScale" ||
+                       type == "SetGrowthFactor" || type == "SetBackoffFactor" ||
+                       type == "SetGrowthInterval" || type == "Unsubscribe";
+  if (!kind || (version == 1 && v2_only))
+    throw Bad("unknown message type \"" + type + "\" (known: " + known_list() + ")");
+  if (version == 2 && type == "SetScale" && !msg.contains("after_jobs")) {
+    json m = msg;  // version 2 applied update(new_scale) at once
+    m["after_jobs"] = false;
+    e.msg = kind->read(m);
+  } else {
+    e.msg = kind->read(msg);
+  }
+  if (version == 1 && (type == "ScaleParams" || type == "StateDict" || type == "Error"))
+    e.k = -1;  // replies to monitor queries, which version 2 files under no iteration
+}
+
+/// Reads e.msg from the event's "msg", brought up to date from older versions first.
+void read_message(TraceEvent& e, const std::string& type, const json& raw, int version) {
   const json msg = version <= 5 ? upgrade_old(type, raw, version) : raw;
   std::optional<TraceMessage> v1_msg;
   if (version == 1) v1_msg = read_v1(type, msg);
@@ -117,24 +125,12 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
     if (monitor) e.k = -1;
     e.msg = std::move(*v1_msg);
   } else {
-    const Known* kind = nullptr;
-    for (const auto& k : known)
-      if (type == k.name) kind = &k;
-    const bool v2_only = type == "UpdateWhenClosed" || type == "SetScale" ||
-                         type == "SetGrowthFactor" || type == "SetBackoffFactor" ||
-                         type == "SetGrowthInterval" || type == "Unsubscribe";
-    if (!kind || (version == 1 && v2_only))
-      throw Bad("unknown message type \"" + type + "\" (known: " + known_list() + ")");
-    if (version == 2 && type == "SetScale" && !msg.contains("after_jobs")) {
-      json m = msg;  // version 2 applied update(new_scale) at once
-      m["after_jobs"] = false;
-      e.msg = kind->read(m);
-    } else {
-      e.msg = kind->read(msg);
-    }
-    if (version == 1 && (type == "ScaleParams" || type == "StateDict" || type == "Error"))
-      e.k = -1;  // replies to monitor queries, which version 2 files under no iteration
+    read_known(e, type, msg, version);
   }
+}
+
+/// The checks across an event's fields, once its message is read.
+void check_event(const TraceEvent& e, const std::string& type) {
   std::visit(
       [&](auto& m) {
         using T = std::decay_t<decltype(m)>;
@@ -156,6 +152,26 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
           "largest)");
   if (is_keeper_input(e.msg) ? e.to != trace_keeper : e.from != trace_keeper)
     throw Bad(type + (is_keeper_input(e.msg) ? " must go to" : " must come from") + " \"keeper\"");
+}
+
+TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
+  if (!j.is_object()) throw Bad("expected a JSON object, got " + json_kind(j));
+  TraceEvent e;
+  Reader r{j, "event"};
+  r.integer("seq", e.seq);
+  if (e.seq != expected_seq)
+    throw Bad("sequence number " + std::to_string(e.seq) + " out of order (expected " +
+              std::to_string(expected_seq) + ")");
+  r.integer("k", e.k);
+  r("from", e.from);
+  r("to", e.to);
+  std::string type;
+  r("type", type);
+  const json& raw = r.at("msg");
+  if (!raw.is_object()) r.wrong("msg", raw, "an object");
+  r.done();
+  read_message(e, type, raw, version);
+  check_event(e, type);
   return e;
 }
 
@@ -163,8 +179,8 @@ TraceEvent read_event(const json& j, std::uint64_t expected_seq, int version) {
 
 // ---- reading ----
 TraceError::TraceError(const std::string& source, std::size_t line, const std::string& problem)
-    : std::runtime_error(line ? source + ":" + std::to_string(line) + ": " + problem
-                              : source + ": " + problem),
+    : ScalerError(errc::bad_trace, line ? source + ":" + std::to_string(line) + ": " + problem
+                                        : source + ": " + problem),
       line_(line) {}
 
 namespace {

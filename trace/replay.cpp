@@ -155,32 +155,70 @@ std::pair<bool, WhatIfBasis> found_inf_at(const UnscaleDone& d, float scale) {
   return {d.grad_max * (t / s) > d.dtype_max, WhatIfBasis::predicted};
 }
 
+namespace {
+
+/// The keeper's replies and UpdateApplied per iteration, read off the rig's events when asked.
+class Outcomes {
+ public:
+  explicit Outcomes(const KeeperRig& b) : b_(b) {}
+  std::optional<float> reply_for(iteration_t k) {
+    collect();
+    auto it = replies_.find(k);
+    return it == replies_.end() ? std::nullopt : std::optional<float>(it->second);
+  }
+  std::optional<UpdateApplied> applied_for(iteration_t k) {
+    collect();
+    auto it = applied_.find(k);
+    return it == applied_.end() ? std::nullopt : std::optional<UpdateApplied>(it->second);
+  }
+
+ private:
+  void collect() {
+    for (; seen_ < b_.events().size(); ++seen_) {
+      const auto& m = b_.events()[seen_].msg;
+      if (auto* s = std::get_if<ScaleReply>(&m)) replies_[s->k] = s->scale;
+      if (auto* a = std::get_if<UpdateApplied>(&m)) applied_[a->k] = *a;
+    }
+  }
+  const KeeperRig& b_;
+  std::map<iteration_t, float> replies_;
+  std::map<iteration_t, UpdateApplied> applied_;
+  std::size_t seen_ = 0;
+};
+
+/// Sends p's unscale reports as if made at scale s, and fills the row's found_inf and basis.
+void send_reports(KeeperRig& b, const std::string& optimizer, const IterationPlan& p, float s,
+                  WhatIfRow& row) {
+  row.has_unscales = !p.reports.empty() && !std::holds_alternative<SetScale>(*p.update);
+  for (UnscaleDone d : p.reports) {
+    const auto [found, basis] = found_inf_at(d, s);
+    row.found_inf = row.found_inf || d.found_inf;
+    row.whatif_found_inf = row.whatif_found_inf || found;
+    row.basis = std::max(row.basis, basis);  // the weakest basis of the row's reports
+    d.scale_used = s;
+    d.found_inf = found;
+    b.send(optimizer, d);
+  }
+  if (!row.has_unscales) row.basis = WhatIfBasis::none;
+}
+
+/// Counts a finished row's basis into r.
+void tally(WhatIfResult& r, const WhatIfRow& row) {
+  r.uncertain += row.basis == WhatIfBasis::unknown;
+  r.predicted += row.basis == WhatIfBasis::predicted;
+  r.predicted_changed +=
+      row.basis == WhatIfBasis::predicted && row.whatif_found_inf != row.found_inf;
+}
+
+}  // namespace
+
 WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
   WhatIfResult r;
   const auto iters = plan(trace);
   KeeperRig b(settings);
   const std::string trainer = "trainer1";
   const std::string optimizer = "optimizer1";
-  std::map<iteration_t, float> replies;
-  std::map<iteration_t, UpdateApplied> applied;
-  std::size_t seen = 0;
-  auto collect = [&] {
-    for (; seen < b.events().size(); ++seen) {
-      const auto& m = b.events()[seen].msg;
-      if (auto* s = std::get_if<ScaleReply>(&m)) replies[s->k] = s->scale;
-      if (auto* a = std::get_if<UpdateApplied>(&m)) applied[a->k] = *a;
-    }
-  };
-  auto reply_for = [&](iteration_t k) -> std::optional<float> {
-    collect();
-    auto it = replies.find(k);
-    return it == replies.end() ? std::nullopt : std::optional<float>(it->second);
-  };
-  auto applied_for = [&](iteration_t k) -> std::optional<UpdateApplied> {
-    collect();
-    auto it = applied.find(k);
-    return it == applied.end() ? std::nullopt : std::optional<UpdateApplied>(it->second);
-  };
+  Outcomes outcomes(b);
   if (!iters.empty()) b.send(trainer, ScaleRequest{iters.front().k});
   for (std::size_t i = 0; i < iters.size(); ++i) {
     const IterationPlan& p = iters[i];
@@ -188,20 +226,10 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
       b.send(trainer, m);
     b.send(trainer, *p.update);
     if (i + 1 < iters.size()) b.send(trainer, ScaleRequest{iters[i + 1].k});
-    const float s = reply_for(p.k).value_or(*p.scale_used);
+    const float s = outcomes.reply_for(p.k).value_or(*p.scale_used);
     WhatIfRow row;
     row.k = p.k;
-    row.has_unscales = !p.reports.empty() && !std::holds_alternative<SetScale>(*p.update);
-    for (UnscaleDone d : p.reports) {
-      const auto [found, basis] = found_inf_at(d, s);
-      row.found_inf = row.found_inf || d.found_inf;
-      row.whatif_found_inf = row.whatif_found_inf || found;
-      row.basis = std::max(row.basis, basis);  // the weakest basis of the row's reports
-      d.scale_used = s;
-      d.found_inf = found;
-      b.send(optimizer, d);
-    }
-    if (!row.has_unscales) row.basis = WhatIfBasis::none;
+    send_reports(b, optimizer, p, s, row);
     if (p.closed) b.send(optimizer, *p.closed);
 
     row.recorded_scale = *p.scale_used;
@@ -211,7 +239,7 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
       row.recorded_grew = p.applied->grew;
       count(r.recorded, *p.applied, row.recorded_scale);
     }
-    if (auto a = applied_for(p.k)) {
+    if (auto a = outcomes.applied_for(p.k)) {
       row.whatif_backoff = a->backed_off;
       row.whatif_grew = a->grew;
       count(r.whatif, *a, row.whatif_scale);
@@ -221,10 +249,7 @@ WhatIfResult what_if(const Trace& trace, const TraceHeader& settings) {
         break;
       }
     }
-    r.uncertain += row.basis == WhatIfBasis::unknown;
-    r.predicted += row.basis == WhatIfBasis::predicted;
-    r.predicted_changed +=
-        row.basis == WhatIfBasis::predicted && row.whatif_found_inf != row.found_inf;
+    tally(r, row);
     r.rows.push_back(row);
   }
   return r;

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 
 #include "trace_fields.h"
 
@@ -181,68 +184,86 @@ std::string to_json_line(const TraceEvent& e) {
 }
 
 // ---- TraceFile ----
+struct TraceFile::State {
+  explicit State(const TraceFileOptions& o, const std::string& p) : options(o), path(p) {}
+  /// Hands the buffer to the kernel (a write(2), no fsync): what a crash of the process leaves.
+  void flush_locked() {
+    out.flush();
+    if (!out) ok = false;
+    flushed = std::chrono::steady_clock::now();
+  }
+  std::mutex mu;
+  TraceFileOptions options;
+  std::uint64_t events = 0;
+  std::chrono::steady_clock::time_point flushed = std::chrono::steady_clock::now();
+  std::string path;
+  std::vector<char> buf = std::vector<char>(1 << 20);  // declared before the stream: outlives it
+  std::ofstream out;
+  std::string line;
+  bool ok = true;
+};
+
 TraceFile::TraceFile(const std::string& path, const TraceFileOptions& options)
-    : options_(options), path_(path), buf_(1 << 20) {
+    : state_(std::make_unique<State>(options, path)) {
+  State& s = *state_;
   // A large buffer: one write(2) per ~2000 iterations instead of one per ~16.
-  out_.rdbuf()->pubsetbuf(buf_.data(), std::streamsize(buf_.size()));
-  out_.open(path, std::ios::trunc);
-  if (!out_)
-    throw std::runtime_error("cannot open trace file " + path + ": " + std::strerror(errno));
+  s.out.rdbuf()->pubsetbuf(s.buf.data(), std::streamsize(s.buf.size()));
+  s.out.open(path, std::ios::trunc);
+  if (!s.out)
+    throw ScalerError(errc::bad_trace,
+                      "cannot open trace file " + path + ": " + std::strerror(errno));
 }
 
 TraceFile::~TraceFile() {
   close();
 }
 
-void TraceFile::write(const std::string& line) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!ok_ || !out_.is_open()) return;
-  out_ << line << '\n';
-  if (!out_) ok_ = false;
-}
-
-void TraceFile::flush_locked() {
-  out_.flush();
-  if (!out_) ok_ = false;
-  flushed_ = std::chrono::steady_clock::now();
+const std::string& TraceFile::path() const {
+  return state_->path;
 }
 
 void TraceFile::header(const TraceHeader& h) {
-  write(to_json_line(h));
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ok_ && out_.is_open()) flush_locked();  // a file that exists has its header
+  const std::string text = to_json_line(h);
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.ok || !s.out.is_open()) return;
+  s.out << text << '\n';
+  if (!s.out) s.ok = false;
+  if (s.ok) s.flush_locked();  // a file that exists has its header
 }
 
 void TraceFile::event(const TraceEvent& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!ok_ || !out_.is_open()) return;
-  line_.assign(1, '{');  // reused: no allocation per event once it has grown
-  append_event(line_, e);
-  line_ += '\n';
-  out_.write(line_.data(), std::streamsize(line_.size()));
-  if (!out_) ok_ = false;
-  ++events_;
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.ok || !s.out.is_open()) return;
+  s.line.assign(1, '{');  // reused: no allocation per event once it has grown
+  append_event(s.line, e);
+  s.line += '\n';
+  s.out.write(s.line.data(), std::streamsize(s.line.size()));
+  if (!s.out) s.ok = false;
+  ++s.events;
   // An iteration ends with the keeper's UpdateApplied: hand the records to the kernel there, so a
   // killed process leaves whole iterations; and at least once a second for long ones.
-  if ((options_.flush_iterations() && std::holds_alternative<UpdateApplied>(e.msg)) ||
-      std::chrono::steady_clock::now() - flushed_ > std::chrono::seconds(1))
-    flush_locked();
+  if ((s.options.flush_iterations() && std::holds_alternative<UpdateApplied>(e.msg)) ||
+      std::chrono::steady_clock::now() - s.flushed > std::chrono::seconds(1))
+    s.flush_locked();
 }
 
 bool TraceFile::close() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (out_.is_open()) {
-    if (ok_) out_ << "{\"end\":\"ampactor\",\"events\":" << events_ << "}\n";  // complete
-    out_.flush();
-    if (!out_) ok_ = false;
-    out_.close();
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.out.is_open()) {
+    if (s.ok) s.out << "{\"end\":\"ampactor\",\"events\":" << s.events << "}\n";  // complete
+    s.out.flush();
+    if (!s.out) s.ok = false;
+    s.out.close();
   }
-  return ok_;
+  return s.ok;
 }
 
 bool TraceFile::ok() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ok_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->ok;
 }
 
 }  // namespace ampactor

@@ -1,8 +1,8 @@
 // GradScaler's insides, split by what each part is for and who may touch it. Not installed.
 #pragma once
 
+#include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
-#include <ampactor/grad_scaler.h>
 
 #include <caf/scoped_actor.hpp>
 
@@ -78,14 +78,14 @@ void release_thread_logger();
 namespace ampactor {
 
 struct GradScaler::Impl {
-  Impl(caf::actor_system* sys, const GradScalerOptions& opts, ScalePolicy policy,
-       std::shared_ptr<KeeperTap> tap);
+  Impl(caf::actor_system* sys, const GradScalerOptions& opts, const KeeperOptions& keeper);
   ~Impl();
 
   internal::ScalerSetup setup;
   internal::MainState main;
   internal::ResultLog log;
   std::unique_ptr<internal::SystemHolder> own;  // the actor system, when the scaler owns it
+  std::vector<AsyncOptimizer*> pipelines;       // told, after the last job, that the scaler is gone
   caf::actor_system* sys = nullptr;
   std::unique_ptr<caf::scoped_actor> self;  // the trainer: the main thread's actor
 

@@ -1,7 +1,7 @@
 // CPU entry points: validate everything first (so bad input changes nothing), describe each tensor
 // as rows of strided elements, cut the work into chunks and run them in parallel.
+#include <ampactor/core/errors.h>
 #include <ampactor/kernels/unscale.h>
-#include <ampactor/scaler/errors.h>
 
 #include <ATen/Parallel.h>
 

@@ -1,8 +1,8 @@
 // update_scale: checks, then the rule on the host for CPU tensors or the one-thread kernel for
 // CUDA tensors; both apply apply_scale_rule from the scaler core.
+#include <ampactor/core/errors.h>
+#include <ampactor/core/update_rule.h>
 #include <ampactor/kernels/update_scale.h>
-#include <ampactor/scaler/errors.h>
-#include <ampactor/scaler/update_rule.h>
 
 #include <string>
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include <ampactor/scaler/update_rule.h>
+#include <ampactor/core/update_rule.h>
 
 namespace ampactor::kernels::internal {
 

@@ -1,6 +1,6 @@
 // The CUDA branch where it cannot run: without the CUDA kernels, or against a LibTorch without
 // CUDA (no CUDA tensor can exist there, but the message says why if one ever arrives).
-#include <ampactor/scaler/errors.h>
+#include <ampactor/core/errors.h>
 
 #include <string>
 

@@ -9,7 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <ampactor/scaler/errors.h>
+#include <ampactor/core/errors.h>
 
 #include <stdexcept>
 #include <string>

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <ampactor/scaler/update_rule.h>
+#include <ampactor/core/update_rule.h>
 
 namespace ampactor::kernels::gpu {
 

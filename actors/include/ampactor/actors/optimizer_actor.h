@@ -16,9 +16,9 @@
 #include <vector>
 
 #include <ampactor/actors/scale_keeper.h>
+#include <ampactor/core/arg.h>
+#include <ampactor/core/options.h>
 #include <ampactor/messages/messages.h>
-#include <ampactor/scaler/arg.h>
-#include <ampactor/scaler/options.h>
 #include <ampactor/scaler/step_tracker.h>
 
 namespace ampactor {

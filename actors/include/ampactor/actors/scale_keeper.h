@@ -1,7 +1,7 @@
 // scale_keeper: the single owner of the scale state, as an actor. It never blocks: requests that
 // must wait (the exact policy's ScaleRequest, up-to-date getters, setters, state_dict) queue
 // behind the updates sent before them, and an update waits only for its iteration's UnscaleDone
-// messages. The logic is KeeperCore's (<ampactor/actors/keeper_core.h>); this is its mailbox.
+// messages. The logic is KeeperCore's (<ampactor/keeper/keeper_core.h>); this is its mailbox.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -10,9 +10,9 @@
 
 #include <memory>
 
-#include <ampactor/actors/keeper_core.h>
+#include <ampactor/core/options.h>
+#include <ampactor/keeper/keeper_core.h>
 #include <ampactor/messages/messages.h>
-#include <ampactor/scaler/options.h>
 
 namespace ampactor {
 
@@ -34,16 +34,14 @@ using scale_keeper_actor =
                      caf::reacts_to<subscribe_atom, trainer_actor>,          //
                      caf::reacts_to<unsubscribe_atom, trainer_actor>>;
 
-/// Spawns a keeper with `opts` (checked: ScalerError on bad options) and `policy`.
+/// Spawns a keeper with `opts` (checked: ScalerError on bad options) run as `keeper` says.
 /// Subscribers receive an UpdateApplied for every applied update.
-/// detached: a thread of its own, which answers a request in ~12 us where CAF 0.17's default
-/// work-stealing workers, polling with sleeps, take ~120 us (bench/RESULTS.md).
-/// tap: sees every input and output in mailbox order (e.g. a trace recorder,
-/// <ampactor/trace/trace.h>); told started() before this returns and stopped() when the keeper
-/// exits.
 scale_keeper_actor spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts,
-                                      ScalePolicy policy = ScalePolicy::exact,
-                                      bool detached = false,
-                                      std::shared_ptr<KeeperTap> tap = nullptr);
+                                      const KeeperOptions& keeper = {});
+
+/// The positional form of 0.2 (whose keeper is not detached unless asked), kept one release.
+[[deprecated("pass KeeperOptions().policy(...).detached(...).tap(...)")]] scale_keeper_actor
+spawn_scale_keeper(caf::actor_system& sys, const GradScalerOptions& opts, ScalePolicy policy,
+                   bool detached = false, std::shared_ptr<KeeperTap> tap = nullptr);
 
 }  // namespace ampactor

@@ -1,4 +1,4 @@
-// What CAF needs of the protocol (<ampactor/messages/protocol.h>, plain values): an inspect() per
+// What CAF needs of the protocol (<ampactor/keeper/protocol.h>, plain values): an inspect() per
 // message, the atoms, the trainer interface, and errc as a CAF error category.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include <ampactor/messages/protocol.h>
+#include <ampactor/keeper/protocol.h>
 
 namespace ampactor {
 

@@ -4,14 +4,14 @@
 //
 // Each is a subclass of its torch::optim optimizer: the same options, param groups, state and
 // save/load (a checkpoint of torch::optim::AdamW loads into FusedAdamW and back), and the same
-// result bit for bit (see README, "Fused optimizers"). Like torch's fused optimizers with
+// result bit for bit (doc/guide/fused-optimizers.md). Like torch's fused optimizers with
 // torch.amp.GradScaler, they take the iteration's scale and found_inf: the GradScalers hand them
 // over, so no separate unscale pass runs and a step with inf/NaN is skipped inside.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <ampactor/scaler/arg.h>
+#include <ampactor/core/arg.h>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>

@@ -8,11 +8,11 @@
 #include <optional>
 #include <vector>
 
-#include <ampactor/scaler/errors.h>
-#include <ampactor/scaler/options.h>
-#include <ampactor/scaler/scale_state.h>
-#include <ampactor/scaler/stage.h>
-#include <ampactor/scaler/state_dict.h>
+#include <ampactor/core/errors.h>
+#include <ampactor/core/options.h>
+#include <ampactor/core/scale_state.h>
+#include <ampactor/core/stage.h>
+#include <ampactor/core/state_dict.h>
 #include <ampactor/scaler/step_tracker.h>
 
 namespace torch::serialize {
@@ -79,7 +79,7 @@ class LocalGradScaler {
   /// Disabled: does nothing. Empty dict: torch's error. Otherwise checked, then loaded.
   void load_state_dict(const StateDict& sd);
   /// state_dict() into `archive`, as torch::optim::Optimizer::save does (torch::save(scaler, f)
-  /// with <ampactor/scaler/checkpoint.h>).
+  /// with <ampactor/checkpoint/checkpoint.h>).
   void save(torch::serialize::OutputArchive& archive) const;
   /// What save() wrote, checked as load_state_dict: on an error nothing changes.
   void load(torch::serialize::InputArchive& archive);

@@ -1,6 +1,6 @@
 // What a data-parallel scaler needs from its ranks: found_inf agreed across them, gradients
 // averaged across them, and failures named. ampactor::dist implements it over a c10d process
-// group (<ampactor/dist/dist.h>); a scaler gets one through GradScalerOptions::ranks().
+// group (<ampactor/distributed/dist.h>); a scaler gets one through GradScalerOptions::ranks().
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include <ampactor/scaler/stage.h>
+#include <ampactor/core/stage.h>
 
 namespace torch::optim {
 class Optimizer;

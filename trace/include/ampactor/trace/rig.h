@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <ampactor/actors/keeper_core.h>
+#include <ampactor/keeper/keeper_core.h>
 #include <ampactor/trace/trace.h>
 
 namespace ampactor {

@@ -1,14 +1,12 @@
 // Message traces of the scale_keeper: every message it receives and every message it sends, in its
 // mailbox order (the order that decides the scale), as JSON Lines. A trace replays bit for bit
-// into a fresh keeper core (<ampactor/trace/replay.h>). The schema is in README.md, "Traces".
-// Recording is a KeeperTap (TraceRecorder): the keeper itself knows nothing of traces.
+// into a fresh keeper core (<ampactor/trace/replay.h>). The schema is
+// doc/reference/trace-format.md. Recording is a KeeperTap (TraceRecorder): the keeper itself knows
+// nothing of traces.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <istream>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -17,15 +15,17 @@
 #include <memory>
 #include <unordered_map>
 
-#include <ampactor/actors/keeper_core.h>
-#include <ampactor/scaler/arg.h>
-#include <ampactor/scaler/options.h>
+#include <ampactor/core/arg.h>
+#include <ampactor/core/errors.h>
+#include <ampactor/core/options.h>
+#include <ampactor/keeper/keeper_core.h>
 
 namespace ampactor {
 
 /// The schema version written in every header. Version 5's UnscaleDone carries the gradients' size
 /// (grad_max, dtype_max); version 4 added the update rule; version 3 ends a complete trace with a
-/// trailer line ({"end":"ampactor","events":N}). Versions 1 to 4 are read too (README, "Traces").
+/// trailer line ({"end":"ampactor","events":N}). Versions 1 to 4 are read too
+/// (doc/reference/trace-format.md).
 inline constexpr int trace_schema_version = 6;
 
 /// First line of a trace: what a fresh keeper needs to be rebuilt.
@@ -92,12 +92,12 @@ class TraceSink {
   virtual void finish() {}
 };
 
-/// Writes JSON Lines to a file. Opening fails with std::runtime_error; a later write error is kept
-/// (ok() turns false) rather than thrown into the keeper. finish() writes the trailer and closes
-/// it. Crash-safe: the header is flushed at once, the records at every iteration's end (the
-/// keeper's UpdateApplied) and at least once a second, so a killed process leaves every finished
-/// iteration but the last second's at most, and a file without trailer says it was cut short.
-/// TraceFile's options: TraceFileOptions().flush_iterations(false).
+/// Writes JSON Lines to a file. Opening fails with ScalerError(errc::bad_trace); a later write
+/// error is kept (ok() turns false) rather than thrown into the keeper. finish() writes the trailer
+/// and closes it. Crash-safe: the header is flushed at once, the records at every iteration's end
+/// (the keeper's UpdateApplied) and at least once a second, so a killed process leaves every
+/// finished iteration but the last second's at most, and a file without trailer says it was cut
+/// short. TraceFile's options: TraceFileOptions().flush_iterations(false).
 class TraceFileOptions {
   /// Flush at every iteration's end (crash-safe, the default); false: only when the 1 MiB buffer
   /// is full or a second has passed, for the least recording cost (a crash then loses up to a
@@ -115,21 +115,11 @@ class TraceFile final : public TraceSink {
   /// Flushes and closes; false if any write failed. Idempotent.
   bool close();
   bool ok() const;
-  const std::string& path() const { return path_; }
+  const std::string& path() const;
 
  private:
-  void write(const std::string& line);
-  /// Hands the buffer to the kernel (a write(2), no fsync): what a crash of the process leaves.
-  void flush_locked();
-  mutable std::mutex mu_;
-  TraceFileOptions options_;
-  std::uint64_t events_ = 0;
-  std::chrono::steady_clock::time_point flushed_ = std::chrono::steady_clock::now();
-  std::string path_;
-  std::vector<char> buf_;  // the stream's buffer: declared before it, destroyed after it
-  std::ofstream out_;
-  std::string line_;
-  bool ok_ = true;
+  struct State;  // the stream, its buffer and lock: in write.cpp, out of every includer's way
+  std::unique_ptr<State> state_;
 };
 
 /// Keeps events in memory (tests, replay).
@@ -167,13 +157,13 @@ class TraceRecorder final : public KeeperTap {
 };
 
 /// A recorder writing to a new (or truncated) file at `path`, complete once the keeper stops
-/// (e.g. when the GradScaler it is given to is destroyed). std::runtime_error if the file cannot
-/// be created.
+/// (e.g. when the GradScaler it is given to is destroyed). ScalerError(errc::bad_trace) if the file
+/// cannot be created.
 std::shared_ptr<TraceRecorder> record_trace(const std::string& path,
                                             const TraceFileOptions& options = {});
 
 /// A trace that could not be read: what() names the file, the line and the problem.
-class TraceError : public std::runtime_error {
+class TraceError : public ScalerError {
  public:
   TraceError(const std::string& source, std::size_t line, const std::string& problem);
   /// 1-based line; 0 when the file itself is the problem (missing, unreadable).

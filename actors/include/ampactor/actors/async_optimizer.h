@@ -1,0 +1,182 @@
+// The asynchronous optimizer pipeline (RoundPipe's design, made safe for fp16): the optimizer
+// works on fp32 master copies of the model's parameters on the optimizer thread, while the main
+// thread runs the next forward/backward on the model's own (e.g. fp16) weights.
+//
+// step(opt, fn) for iteration k queues, in order: (a) masters -> model weights (cast to the
+// model's dtype), (b) the fused grad move: model grads -> master grads, unscaled with iteration
+// k's scale and checked for inf/NaN in one pass, which reports UnscaleDone at once, then (c) fn,
+// the optimizer math. It waits for (a) and (b) only. With staleness 1 (default) iteration k+1
+// therefore runs on the weights of step k-1 and fn overlaps its forward/backward; with staleness 0
+// it waits for fn as well and copies the result back: plain synchronous training. swap_weights
+// moves (a) out of the wait: fn's job fills a spare copy of the weights and (a) swaps it in.
+// defer_grad_move moves (b) out of it: step() takes the grads and (b) runs in fn's job.
+// With a fused optimizer (ampactor::optim) (b) only reads the grads for inf/NaN and the step
+// reads them again, unscaling inside, and writes the weights (the model at staleness 0, the
+// spare with swap_weights) in the same pass; at staleness 1 step() then takes the grads.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <ampactor/core/arg.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_set>
+#include <vector>
+
+namespace caf {
+class scoped_actor;
+}
+
+namespace torch::optim {
+class Optimizer;
+}
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
+
+namespace ampactor {
+
+class GradScaler;
+namespace internal {
+class HostOffload;
+}
+
+/// Named options: AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true). A setter
+/// refuses a bad value with ScalerError(errc::bad_option) and changes nothing; the combinations
+/// (swap_weights or defer_grad_move with staleness 0) are refused by AsyncOptimizer's constructor.
+class AsyncOptimizerOptions {
+  /// 1: iteration k+1 runs on the weights of step k-1 (the optimizer overlaps); 0: synchronous.
+  AMPACTOR_ARG(int, staleness, 1);
+  /// The masters' dtype (the optimizer's precision): at::kFloat or at::kDouble.
+  AMPACTOR_ARG(at::ScalarType, optim_dtype, at::kFloat);
+  /// LibTorch intra-op threads for the optimizer thread's own work (0: LibTorch's default), >= 0.
+  /// Its OpenMP team is separate from the trainer's, so by default each side starts one thread
+  /// per core and, overlapped, they fight for the cores: 1 is usually right when the trainer
+  /// uses the other cores.
+  AMPACTOR_ARG(int, optimizer_threads, 0);
+  /// Staleness 1 only: keep a second copy of the model's weights. fn's job then writes step k's
+  /// weights into it right after fn, overlapped with the trainer, and step k+1 swaps it in
+  /// instead of copying, which leaves only the grad move for the trainer to wait for. Costs one
+  /// more model-sized buffer. The parameters' storage alternates between the two buffers: views
+  /// or data pointers of a parameter kept across steps go stale (the parameter tensors
+  /// themselves, e.g. model->parameters(), stay valid).
+  AMPACTOR_ARG_ANY(bool, swap_weights, false);
+  /// Staleness 1 only: step() takes the model's gradients away (each parameter's grad() is
+  /// undefined when it returns, so the next backward allocates fresh ones, as after
+  /// zero_grad(set_to_none)) and the grad move runs in fn's job, overlapped with the next
+  /// forward. The trainer then waits only for (a), and under the exact policy for the move's inf
+  /// check in the next scale(); with swap_weights as well, step() waits only for the previous
+  /// step's job, if it is still running, and swaps the buffers on the trainer's thread.
+  AMPACTOR_ARG_ANY(bool, defer_grad_move, false);
+  /// Where the masters, their grads and the optimizer's state live (default: the model's
+  /// device). at::kCPU for a model on a GPU is RoundPipe's setting: the grads go to pinned host
+  /// memory and the weights come back from it on two CUDA streams of their own, ordered by
+  /// events (never a host-wide sync); the inf check is part of the CPU's fp16 -> fp32 grad move,
+  /// and both copies overlap. The grad move then always runs in fn's job (as defer_grad_move)
+  /// and the weights travel as swap_weights' would, so neither of those two applies. Staleness
+  /// 1: step() waits for the previous step's job, then queues the copies and returns.
+  AMPACTOR_ARG_ANY(std::optional<at::Device>, master_device, std::nullopt);
+};
+
+class AsyncOptimizer {
+ public:
+  /// `model_params` are the model's parameters (model->parameters()); they stay the model's.
+  /// An invalid combination of options throws ScalerError(errc::bad_option); invalid parameters
+  /// throw ScalerError(errc::bad_parameters).
+  AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
+                 AsyncOptimizerOptions options = {});
+  /// Waits for the steps in flight (errors are the scaler's to report), then destroys the
+  /// optimizers it owns (make_optimizer). A scaler destroyed first has run them all already:
+  /// neither order lets a step touch what is gone.
+  ~AsyncOptimizer();
+  AsyncOptimizer(const AsyncOptimizer&) = delete;
+  AsyncOptimizer& operator=(const AsyncOptimizer&) = delete;
+
+  /// The master copies, one per model parameter, in the same order: build the optimizer over
+  /// these (e.g. torch::optim::AdamW(async.optim_parameters(), ...)).
+  const std::vector<at::Tensor>& optim_parameters() const { return masters_; }
+
+  /// An optimizer of type Opt over optim_parameters(), owned by the pipeline, so that no step in
+  /// flight can outlive it whatever the order in which the scaler and the pipeline are declared:
+  ///   auto& opt = pipe.make_optimizer<ampactor::optim::FusedAdamW>(
+  ///       torch::optim::AdamWOptions(1e-3));
+  /// `args` follow the parameters in Opt's constructor. An optimizer declared by the caller must
+  /// be declared before the pipeline (so that it goes after it).
+  template <class Opt, class... Args>
+  Opt& make_optimizer(Args&&... args) {
+    auto opt = std::make_shared<Opt>(optim_parameters(), std::forward<Args>(args)...);
+    Opt& made = *opt;
+    adopt(std::move(opt));
+    return made;
+  }
+
+  /// Iteration k's step for `opt`, an optimizer over optim_parameters() (one with any other
+  /// parameter, e.g. the model's, is refused: ScalerError(errc::bad_parameters), nothing queued).
+  /// fn runs on the optimizer thread and normally calls scaler.step(opt) (it may not unscale: the
+  /// grad move did). The model's grads may be zeroed as soon as this returns (with defer_grad_move
+  /// they are already gone).
+  void step(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// Waits for every queued step and brings the model's weights up to date with the masters.
+  void sync();
+
+  int staleness() const { return options_.staleness(); }
+
+  /// Waits for the steps in flight (a job's error is thrown here, as by the scaler's sync()),
+  /// then writes the masters, the spare weights (swap_weights) and whether the model's weights
+  /// are one step behind the masters (staleness 1). The model's weights stay as they are, so a
+  /// checkpoint changes nothing in the run; save the model, the optimizer and the scaler beside
+  /// it, after this call (the optimizer then holds still until the next step()).
+  void save(torch::serialize::OutputArchive& archive) const;
+  /// What save() wrote: the masters (and spare weights) are replaced, so the next step()
+  /// continues the saved run, given the model, optimizer and scaler saved beside it. Another
+  /// number of parameters, a shape or the masters' dtype: ScalerError(errc::bad_checkpoint),
+  /// nothing changed. The spare weights or staleness may differ from the saved pipeline's (a
+  /// staleness-0 pipeline brings the model's weights up to date at once).
+  void load(torch::serialize::InputArchive& archive);
+
+ private:
+  friend class GradScaler;  // tells the pipeline that it went first
+  /// The scaler; ScalerError(errc::protocol_misuse) once it is destroyed.
+  GradScaler& scaler() const;
+  void adopt(std::shared_ptr<torch::optim::Optimizer> opt);
+  /// Throws unless every parameter of opt is one of the masters.
+  void check_optimizer(const torch::optim::Optimizer& opt) const;
+  /// (a): masters -> model weights. On the optimizer thread.
+  void copy_to_model();
+  /// swap_weights: masters -> the spare weights, after fn.
+  void copy_to_spare();
+  /// swap_weights: the spare weights (the newest step) become the model's. Nothing else touches
+  /// them meanwhile: in the waited job, or with defer_grad_move on the trainer after the job's
+  /// word.
+  void swap_in();
+  std::vector<at::Tensor> model_grads() const;
+  /// Whether the job checks the grads for opt's fused step instead of moving them.
+  bool fuses(torch::optim::Optimizer& opt) const;
+  /// step() with defer_grad_move.
+  void step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                     std::function<void()> fn);
+  /// defer_grad_move + swap_weights, on the trainer: waits for the last job's word that the
+  /// spare is filled, then swaps it in (or, if the job was dropped unrun, copies the masters).
+  void take_spare();
+  /// step() with the masters on the CPU and the model on a GPU.
+  void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
+
+  std::vector<at::Tensor> model_;
+  std::vector<at::Tensor> masters_;
+  std::unordered_set<const void*> master_impls_;  // to tell an optimizer over anything else
+  std::vector<at::Tensor> spare_;  // swap_weights: the buffer the model does not use now
+  GradScaler* scaler_;             // null once the scaler is destroyed
+  AsyncOptimizerOptions options_;
+  // Deferred steps with swap_weights: the mailbox where each job says the spare is filled.
+  std::unique_ptr<caf::scoped_actor> waiter_;
+  bool spare_pending_ = false;  // a job's word is still to come
+  bool deferring_ = false;      // steps take the grads: defer_grad_move, or a fused optimizer
+  bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
+  std::unique_ptr<internal::HostOffload> offload_;  // master_device CPU, the model elsewhere
+  std::vector<std::shared_ptr<torch::optim::Optimizer>> owned_;  // make_optimizer's
+};
+
+}  // namespace ampactor

@@ -1,0 +1,1 @@
+// The object the shared precompiled header (pch.h) is built with.

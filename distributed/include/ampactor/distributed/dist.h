@@ -1,0 +1,82 @@
+// Data-parallel training over LibTorch's c10d: the ranks' scalers step or skip together.
+//
+//   auto world = ampactor::dist::init_from_env();  // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+//   ampactor::GradScaler scaler(ampactor::GradScalerOptions().ranks(world.ranks));
+//
+// Every unscale's found_inf is all-reduced with MAX on the thread that unscales (the optimizer
+// thread for GradScaler and AsyncOptimizer), before the scale update hears of it, so every rank
+// applies the same update; AsyncOptimizer's grad move also averages the gradients across the
+// ranks (doc/guide/data-parallel.md). The collectives are c10d's (ProcessGroupGloo here; any
+// c10d process group through over()); the store is used only to name a failed rank and to compare
+// the ranks' options.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <ampactor/core/arg.h>
+#include <ampactor/scaler/ranks.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ampactor::dist {
+
+/// Named options: DistOptions().timeout(std::chrono::seconds(30)). A setter refuses a value <= 0
+/// with ScalerError(errc::bad_option) and changes nothing.
+class DistOptions {
+  /// How long a collective, the store or the start-up may wait for the other ranks before the
+  /// rank fails with errc::rank_failed (default 60 s).
+  AMPACTOR_ARG(std::chrono::milliseconds, timeout, std::chrono::seconds(60));
+  /// The gradient average's buckets: tensors of one dtype and device are all-reduced as flat
+  /// buffers of at most this many bytes each (default 25 MiB, as DDP's), all in flight at once.
+  AMPACTOR_ARG(std::int64_t, bucket_bytes, std::int64_t(25) << 20);
+  /// How often each rank ticks its heartbeat in the store; a rank whose heartbeat stopped is
+  /// named as gone when a collective fails (default 100 ms).
+  AMPACTOR_ARG(std::chrono::milliseconds, heartbeat, std::chrono::milliseconds(100));
+};
+
+/// torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK (default: RANK), MASTER_ADDR (default
+/// 127.0.0.1) and MASTER_PORT (default 29500).
+struct Launch {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+/// Reads Launch from the environment. A missing RANK or WORLD_SIZE, or a value that is not a
+/// number in range, is refused with ScalerError(errc::bad_option) naming the variable.
+Launch launch_from_env();
+
+/// A RankGroup over a c10d process group and the store its ranks share. The collectives run on
+/// `pg` (CPU tensors, or CUDA ones for a process group named "nccl"); the store holds each
+/// rank's heartbeat, the reason a rank failed, and the texts require_same compares. Starts the
+/// heartbeat thread, which stops with the group. Rank 0's group, which init() gives the store's
+/// host, is destroyed last: it waits until every other rank's group is gone or its heartbeat has
+/// stopped (at most the timeout), so that no rank finds the store gone while it reads a reason.
+std::shared_ptr<RankGroup> over(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                const DistOptions& options = {});
+
+/// One process's place in a data-parallel run.
+struct World {
+  Launch launch;
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::shared_ptr<RankGroup> ranks;
+};
+
+/// torchrun's convention end to end: launch_from_env(), a TCPStore at MASTER_ADDR:MASTER_PORT
+/// (rank 0 hosts it and waits for the others), a ProcessGroupGloo on it (on loopback when
+/// MASTER_ADDR is a loopback address, on GLOO_SOCKET_IFNAME's interface when that is set, else on
+/// this host's name), and over(). A store or group that cannot be reached within the timeout
+/// fails with ScalerError(errc::rank_failed) carrying c10d's error.
+World init_from_env(const DistOptions& options = {});
+/// The same from a Launch of one's own.
+World init(const Launch& launch, const DistOptions& options = {});
+
+}  // namespace ampactor::dist

@@ -1,0 +1,383 @@
+// RankGroup over c10d: MAX all-reduces for found_inf, bucketed averages for gradients, and the
+// store for what a collective cannot say: which rank failed, and why.
+#include <ampactor/core/errors.h>
+#include <ampactor/distributed/dist.h>
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/from_blob.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ampactor::dist {
+
+#define AMPACTOR_DIST_POSITIVE(T, name)                                          \
+  DistOptions& DistOptions::name(T value) {                                      \
+    if (value.count() <= 0)                                                      \
+      throw ScalerError(errc::bad_option, "DistOptions::" #name " must be > 0"); \
+    name##_ = value;                                                             \
+    return *this;                                                                \
+  }
+AMPACTOR_DIST_POSITIVE(std::chrono::milliseconds, timeout)
+AMPACTOR_DIST_POSITIVE(std::chrono::milliseconds, heartbeat)
+#undef AMPACTOR_DIST_POSITIVE
+
+DistOptions& DistOptions::bucket_bytes(std::int64_t value) {
+  if (value <= 0) throw ScalerError(errc::bad_option, "DistOptions::bucket_bytes must be > 0");
+  bucket_bytes_ = value;
+  return *this;
+}
+
+namespace {
+
+std::vector<std::uint8_t> bytes_of(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+std::string string_of(const std::vector<std::uint8_t>& b) {
+  return {b.begin(), b.end()};
+}
+
+/// The first "name=value" word that differs between two describe() texts, as "a vs b".
+std::string first_difference(const std::string& a, const std::string& b) {
+  std::istringstream sa(a), sb(b);
+  std::string wa, wb;
+  while (true) {
+    const bool ha = bool(sa >> wa), hb = bool(sb >> wb);
+    if (!ha && !hb) return "(equal)";
+    if (!ha || !hb || wa != wb) return (ha ? wa : "(nothing)") + " vs " + (hb ? wb : "(nothing)");
+  }
+}
+
+// The pieces of C10dRanks::average that need no member.
+
+/// The maxima travel in the same round as a SUM: rank r's values in its own slots, zeros in
+/// the others' (x + 0 is x exactly), the largest slot taken after. Undefined when n is 0.
+at::Tensor max_slots(const float* max_values, int n, int rank, int size, bool cuda) {
+  at::Tensor slots;
+  if (n > 0) {
+    std::vector<float> host(std::size_t(n) * std::size_t(size), 0.0f);
+    for (int i = 0; i < n; ++i)
+      host[std::size_t(i) * std::size_t(size) + std::size_t(rank)] = max_values[i];
+    slots = at::from_blob(host.data(), {std::int64_t(host.size())}, at::kFloat).clone();
+    if (cuda) slots = slots.to(at::kCUDA);
+  }
+  return slots;
+}
+
+/// Buckets of one dtype and device, each flattened into one buffer, all in flight at once.
+struct Bucket {
+  std::vector<std::size_t> members;
+  std::int64_t bytes = 0;
+  at::Tensor flat;
+  c10::intrusive_ptr<c10d::Work> work;
+};
+
+/// Each tensor goes into the last bucket of its dtype and device with room for it, else a new one.
+std::vector<Bucket> bucket(const std::vector<at::Tensor>& tensors, std::int64_t bucket_bytes) {
+  std::vector<Bucket> buckets;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    const std::int64_t b = t.numel() * std::int64_t(t.element_size());
+    Bucket* into = nullptr;
+    for (Bucket& k : buckets) {
+      const at::Tensor& first = tensors[k.members[0]];
+      if (first.scalar_type() == t.scalar_type() && first.device() == t.device() &&
+          k.bytes + b <= bucket_bytes)
+        into = &k;
+    }
+    if (!into) into = &buckets.emplace_back();
+    into->members.push_back(i);
+    into->bytes += b;
+  }
+  return buckets;
+}
+
+/// Takes each value's largest slot from the summed slots (at the carrier's end, if any).
+void read_maxima(const at::Tensor& slots, const Bucket* carrier, float* max_values, int n,
+                 int size) {
+  at::Tensor summed =
+      carrier ? carrier->flat.slice(0, carrier->flat.numel() - slots.numel()) : slots;
+  summed = summed.cpu().contiguous();
+  const float* p = summed.data_ptr<float>();
+  for (int i = 0; i < n; ++i) {
+    float m = p[std::size_t(i) * std::size_t(size)];
+    for (int r = 1; r < size; ++r)
+      m = std::max(m, p[std::size_t(i) * std::size_t(size) + std::size_t(r)]);
+    max_values[i] = m;
+  }
+}
+
+/// The summed buckets divided by the rank count, copied back into their tensors.
+void unflatten_mean(std::vector<Bucket>& buckets, std::vector<at::Tensor>& tensors, int size) {
+  for (Bucket& k : buckets) {
+    k.flat.div_(double(size));
+    std::int64_t at = 0;
+    for (std::size_t i : k.members) {
+      at::Tensor& t = tensors[i];
+      t.copy_(k.flat.slice(0, at, at + t.numel()).view(t.sizes()));
+      at += t.numel();
+    }
+  }
+}
+
+class C10dRanks final : public RankGroup {
+ public:
+  C10dRanks(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::intrusive_ptr<c10d::Store> store,
+            int rank, int size, DistOptions options)
+      : pg_(std::move(pg)),
+        store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        options_(std::move(options)) {
+    if (!pg_ || !store_)
+      throw ScalerError(errc::bad_option, "ampactor::dist::over: no process group or store");
+    if (size_ < 1 || rank_ < 0 || rank_ >= size_)
+      throw ScalerError(errc::bad_option, "ampactor::dist::over: rank " + std::to_string(rank_) +
+                                              " of " + std::to_string(size_) + " ranks");
+    if (pg_->getRank() != rank_ || pg_->getSize() != size_)
+      throw ScalerError(errc::bad_option, "ampactor::dist::over: the process group is rank " +
+                                              std::to_string(pg_->getRank()) + " of " +
+                                              std::to_string(pg_->getSize()) + ", not " +
+                                              std::to_string(rank_) + " of " +
+                                              std::to_string(size_));
+    cuda_ = pg_->getBackendName() == "nccl";
+    heart_ = std::thread([this] { beat(); });
+  }
+  ~C10dRanks() override {
+    linger();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    heart_.join();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void all_max(float* values, int n) override {
+    refuse_after_failure();
+    at::Tensor t = at::from_blob(values, {n}, at::kFloat).clone();
+    if (cuda_) t = t.to(at::kCUDA);
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    o.timeout = options_.timeout();
+    std::vector<at::Tensor> list{t};
+    run("the found_inf agreement", [&] { pg_->allreduce(list, o)->wait(options_.timeout()); });
+    t = list[0].cpu();
+    for (int i = 0; i < n; ++i)
+      values[i] = t.data_ptr<float>()[i];
+  }
+
+  void average(std::vector<at::Tensor>& tensors, float* max_values, int n) override {
+    refuse_after_failure();
+    if (size_ == 1) return;
+    at::Tensor slots = max_slots(max_values, n, rank_, size_, cuda_);
+    std::vector<Bucket> buckets = bucket(tensors, options_.bucket_bytes());
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    o.timeout = options_.timeout();
+    // The slots ride at the end of the first fp32 bucket on their device: no round of their own
+    // (a separate all-reduce, even in flight beside the buckets, costs about a round trip more).
+    Bucket* carrier = nullptr;
+    for (Bucket& k : buckets)
+      if (!carrier && slots.defined() && tensors[k.members[0]].scalar_type() == at::kFloat &&
+          tensors[k.members[0]].device() == slots.device())
+        carrier = &k;
+    c10::intrusive_ptr<c10d::Work> slots_work;
+    run("the gradient average", [&] {
+      if (slots.defined() && !carrier) {
+        std::vector<at::Tensor> list{slots};
+        slots_work = pg_->allreduce(list, o);
+      }
+      for (Bucket& k : buckets) {
+        std::vector<at::Tensor> parts;
+        for (std::size_t i : k.members)
+          parts.push_back(tensors[i].reshape({-1}));
+        if (&k == carrier) parts.push_back(slots.reshape({-1}));
+        k.flat = at::cat(parts);
+        std::vector<at::Tensor> list{k.flat};
+        k.work = pg_->allreduce(list, o);
+      }
+      for (Bucket& k : buckets)
+        k.work->wait(options_.timeout());
+      if (slots_work) slots_work->wait(options_.timeout());
+    });
+    if (slots.defined()) read_maxima(slots, carrier, max_values, n, size_);
+    unflatten_mean(buckets, tensors, size_);
+  }
+
+  void fail(const std::string& why) noexcept override {
+    failed_ = true;
+    try {
+      store_->set(key("failed", rank_), bytes_of(why));
+      // TCPStore's set does not wait for the store; a check on the same connection is answered
+      // after it, so the reason is in place before this rank stops taking part.
+      store_->check({key("failed", rank_)});
+    } catch (...) {
+      // The store is gone too: the others will find this rank's heartbeat stopped.
+    }
+  }
+
+  void require_same(const std::string& what, const std::string& text) override {
+    const std::string base = "ampactor/same/" + std::to_string(same_seq_++) + "/" + what + "/";
+    std::vector<std::string> texts(static_cast<std::size_t>(size_));
+    try {
+      store_->set(base + std::to_string(rank_), bytes_of(text));
+      for (int r = 0; r < size_; ++r) {
+        const std::string k = base + std::to_string(r);
+        store_->wait({k}, options_.timeout());
+        texts[std::size_t(r)] = string_of(store_->get(k));
+      }
+    } catch (const std::exception& e) {
+      throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) +
+                                               ": comparing the ranks' " + what +
+                                               " failed: " + diagnose(e.what()));
+    }
+    for (int r = 1; r < size_; ++r)
+      if (texts[std::size_t(r)] != texts[0])
+        throw ScalerError(errc::bad_option, "rank " + std::to_string(rank_) + ": the ranks' " +
+                                                what + " differ: rank 0 has " +
+                                                first_difference(texts[0], texts[std::size_t(r)]) +
+                                                " on rank " + std::to_string(r) +
+                                                " (every rank must start with the same)");
+  }
+
+ private:
+  static std::string key(const char* what, int r) {
+    return std::string("ampactor/") + what + "/" + std::to_string(r);
+  }
+
+  /// A rank whose job failed may have skipped a collective the others made: a further one could
+  /// pair with theirs wrongly (gloo aborts on mismatched sizes), so it makes none.
+  void refuse_after_failure() const {
+    if (failed_)
+      throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) +
+                                               ": this rank's step job failed, so it takes part "
+                                               "in no further collective");
+  }
+
+  template <class F>
+  void run(const char* what, F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      // Alive and aware: no other rank's diagnosis may take this one for the culprit.
+      try {
+        store_->set(key("survivor", rank_), bytes_of("1"));
+      } catch (...) {
+      }
+      throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) + ": " + what +
+                                               " failed: " + diagnose(e.what()));
+    }
+  }
+
+  /// Which rank made a collective fail: one that said it failed, else one whose heartbeat
+  /// stopped, else the store itself being gone (rank 0 hosts a TCPStore).
+  std::string diagnose(const std::string& error) {
+    const std::string said = " (c10d: " + error + ")";
+    try {
+      const auto said_failed = [&]() -> std::string {
+        for (int r = 0; r < size_; ++r)
+          if (r != rank_ && store_->check({key("failed", r)}))
+            return "rank " + std::to_string(r) +
+                   " failed: " + string_of(store_->get(key("failed", r))) + said;
+        return {};
+      };
+      if (auto s = said_failed(); !s.empty()) return s;
+      std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
+      for (int r = 0; r < size_; ++r)
+        before[std::size_t(r)] = store_->add(key("heartbeat", r), 0);
+      // Ten periods: a live rank's heartbeat thread ticks within them even on a loaded machine.
+      std::this_thread::sleep_for(options_.heartbeat() * 10);
+      // A failing rank may have said so while this one waited.
+      if (auto s = said_failed(); !s.empty()) return s;
+      std::string gone;
+      for (int r = 0; r < size_; ++r)
+        if (r != rank_ && store_->add(key("heartbeat", r), 0) == before[std::size_t(r)] &&
+            !store_->check({key("survivor", r)}))
+          gone += (gone.empty() ? "rank " : ", rank ") + std::to_string(r);
+      if (!gone.empty())
+        return gone + (gone.find(',') == std::string::npos ? " is" : " are") +
+               " gone (heartbeat stopped)" + said;
+      return "no rank is known to have failed (a rank may be stuck or on another call)" + said;
+    } catch (const std::exception& e) {
+      return "the store cannot be reached (" + std::string(e.what()) +
+             "): rank 0, which hosts it, is gone or unreachable" + said;
+    }
+  }
+
+  /// Rank 0 hosts the TCPStore, and the others read why a rank failed from it: it leaves last,
+  /// once every other rank has left or stopped beating (at most the timeout), so that a rank
+  /// still diagnosing a failure never finds the store gone instead of the reason.
+  void linger() noexcept {
+    using clock = std::chrono::steady_clock;
+    try {
+      store_->set(key("left", rank_), bytes_of("1"));
+      if (rank_ != 0) return;
+      const auto start = clock::now();
+      std::vector<std::int64_t> beats(static_cast<std::size_t>(size_), -1);
+      std::vector<clock::time_point> changed(static_cast<std::size_t>(size_), start);
+      while (clock::now() - start < options_.timeout()) {
+        bool waiting = false;
+        for (int r = 1; r < size_; ++r) {
+          if (store_->check({key("left", r)})) continue;
+          const std::int64_t b = store_->add(key("heartbeat", r), 0);
+          if (b != beats[std::size_t(r)])
+            beats[std::size_t(r)] = b, changed[std::size_t(r)] = clock::now();
+          // Gone once silent for ten periods (as in diagnose()).
+          if (clock::now() - changed[std::size_t(r)] < options_.heartbeat() * 10) waiting = true;
+        }
+        if (!waiting) return;
+        std::this_thread::sleep_for(options_.heartbeat());
+      }
+    } catch (...) {
+      // The store fails: nobody can read from it any more.
+    }
+  }
+
+  void beat() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      try {
+        store_->add(key("heartbeat", rank_), 1);
+      } catch (...) {
+        return;  // the store is gone: a failing collective will say so
+      }
+      lock.lock();
+      cv_.wait_for(lock, options_.heartbeat(), [this] { return stop_; });
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> pg_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  int size_;
+  DistOptions options_;
+  bool cuda_ = false;
+  std::atomic<bool> failed_{false};
+  std::atomic<int> same_seq_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread heart_;
+};
+
+}  // namespace
+
+std::shared_ptr<RankGroup> over(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+                                const DistOptions& options) {
+  return std::make_shared<C10dRanks>(std::move(pg), std::move(store), rank, world_size, options);
+}
+
+}  // namespace ampactor::dist

@@ -1,0 +1,400 @@
+// Each rule through a short hand-written sequence of overflow (O) and clean (C) steps, with the
+// scale, the growth tracker, the hysteresis tracker (where the rule has one) and the errors
+// checked after every step. Every expected value is derived by hand from the peer's published
+// source (not from tests/peer_reference.h); the comment beside each row cites the lines it
+// follows from. Sources (file @ commit):
+//   [DS]  microsoft/DeepSpeed deepspeed/runtime/fp16/loss_scaler.py @38327e07f6cd,
+//         DynamicLossScaler: init L128-L134, update_scale L170-L203
+//   [MEG] NVIDIA/Megatron-LM megatron/core/optimizer/grad_scaler.py @d98e8a64ddf3,
+//         DynamicGradScaler: init L127-L129, update L131-L153
+//   [APX] NVIDIA/apex apex/amp/scaler.py @e13873debc46, LossScaler.update_scale L197-L217
+//   [CAI] hpcaitech/ColossalAI colossalai/amp/naive_amp/grad_scaler/dynamic_grad_scaler.py
+//         @4f9953be335e: init L60-L62, update L78-L101, _backoff_scale L103-L108,
+//         _grow_scale L110-L115
+//   [KRS] keras-team/keras keras/src/optimizers/loss_scale_optimizer.py @3422977a5e38:
+//         finite L225-L237, non-finite L239-L242
+//   [TF]  tensorflow/tensorflow tensorflow/python/training/experimental/loss_scale.py
+//         @34365343b047, DynamicLossScale: init L348-L355, update L393-L414
+//   [JMP] google-deepmind/jmp jmp/_src/loss_scale.py @9c1cdbbf78da, DynamicLossScale.adjust
+//         L149-L174
+//   [PT]  pytorch/pytorch aten/src/ATen/native/cuda/AmpKernels.cu @5bde21621b28,
+//         amp_update_scale_cuda_kernel L187-L200 (min_scale and max_scale are ampactor's own:
+//         doc/guide/update-rules.md, the torch row)
+// The growth tracker is each peer's count of clean steps since the last overflow or growth:
+// DeepSpeed's (cur_iter - last_overflow_iter - 1) % scale_window, Megatron's _growth_tracker,
+// apex's _unskipped, Colossal-AI's _growth_step, keras's step_counter, tf's num_good_steps, jmp's
+// counter. The hysteresis tracker: DeepSpeed's cur_hysteresis, Megatron's _hysteresis_tracker,
+// Colossal-AI's hysteresis - _hysteresis_step.
+#include "doctest_torch.h"
+
+#include <ampactor/core/errors.h>
+#include <ampactor/core/options.h>
+#include <ampactor/core/scale_state.h>
+#include <ampactor/core/state_dict.h>
+#include <ampactor/scaler/local_grad_scaler.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "refusal.h"
+
+using ampactor::errc;
+using ampactor::GradScalerOptions;
+using ampactor::LocalGradScaler;
+using ampactor::ScaleState;
+using ampactor::StateDict;
+using ampactor::test::refusal_of;
+
+namespace {
+
+constexpr bool O = true;   // an overflow
+constexpr bool C = false;  // a clean step
+
+/// One step and what must hold after it.
+struct Row {
+  bool inf;
+  double scale;
+  std::int64_t growth;
+  std::optional<std::int64_t> hysteresis = std::nullopt;  // rules with hysteresis only
+  errc error = errc{};  // the step is refused with this code, and nothing changes
+};
+
+template <std::size_t N>
+void drive(ScaleState& s, const Row (&rows)[N]) {
+  for (std::size_t i = 0; i < N; ++i) {
+    const Row& r = rows[i];
+    CAPTURE(i);
+    CAPTURE(r.inf);
+    const float scale_before = s.scale();
+    const std::int64_t growth_before = s.growth_tracker();
+    const std::int64_t hysteresis_before = s.hysteresis_tracker();
+    CHECK(refusal_of([&] { s.update(r.inf); }).code == r.error);
+    if (r.error != errc{}) {  // nothing changed
+      CHECK(s.scale() == scale_before);
+      CHECK(s.growth_tracker() == growth_before);
+      CHECK(s.hysteresis_tracker() == hysteresis_before);
+    }
+    CHECK(double(s.scale()) == r.scale);
+    CHECK(s.growth_tracker() == r.growth);
+    if (r.hysteresis) CHECK(s.hysteresis_tracker() == *r.hysteresis);
+  }
+}
+
+ScaleState started(const GradScalerOptions& o) {
+  REQUIRE_NOTHROW(o.validate());
+  ScaleState s(o);
+  s.lazy_init();
+  return s;
+}
+
+}  // namespace
+
+TEST_SUITE("peer sequences") {
+  TEST_CASE(
+      "deepspeed: an overflow spends the hysteresis, a backoff leaves it spent, only a growth "
+      "refills it") {
+    ScaleState s =
+        started(GradScalerOptions::deepspeed().init_scale(1024).growth_interval(3).hysteresis(2));
+    REQUIRE(s.hysteresis_tracker() == 2);  // [DS] L134: cur_hysteresis = delayed_shift
+    const Row rows[] = {
+        {C, 1024, 1, 2},  // [DS] L199: (0 - -1) % 3 != 0, no growth; L194 (not consecutive)
+        {O, 1024, 0, 1},  // [DS] L173 false (2, 2): L191 hysteresis -= 1, no backoff; L192
+        {C, 1024, 1, 1},  // [DS] L194: a clean step does not refill; L199: (2 - 1) % 3 != 0
+        {O, 512, 0, 1},   // [DS] L173 (cur_hysteresis == 1): L178 max(1024 / 2, 1), L184; L192
+        {O, 256, 0, 1},   // [DS] L173-L184 again: the backoff did not refill the hysteresis
+        {C, 256, 1, 1},   // [DS] L199: (5 - 4) % 3 != 0
+        {C, 256, 2, 1},   // [DS] L199: (6 - 4) % 3 != 0
+        {C, 512, 0, 2},   // [DS] L199: (7 - 4) % 3 == 0: L200-L201 refill to 2, L202 scale * 2
+        {O, 512, 0, 1},   // [DS] L191: the refilled hysteresis absorbs the next overflow
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE("deepspeed: with consecutive_hysteresis every clean step refills the hysteresis") {
+    ScaleState s = started(GradScalerOptions::deepspeed()
+                               .init_scale(1024)
+                               .growth_interval(3)
+                               .hysteresis(2)
+                               .consecutive_hysteresis(true));
+    const Row rows[] = {
+        {O, 1024, 0, 1},  // [DS] L173 false: L191 hysteresis 2 -> 1; L192 last_overflow_iter = 0
+        {C, 1024, 1, 2},  // [DS] L194-L198: refilled to delayed_shift; L199: (1 - 0) % 3 != 0
+        {O, 1024, 0, 1},  // [DS] L173 false again (2): L191 absorbed; L192 last_overflow_iter = 2
+        {O, 512, 0, 1},   // [DS] L173 (cur_hysteresis == 1): L178 max(1024 / 2, 1); L192
+        {O, 256, 0, 1},   // [DS] L173-L184: consecutive overflows go on backing off
+        {C, 256, 1, 2},   // [DS] L194-L198 refill; L199: (5 - 4) % 3 != 0
+        {C, 256, 2, 2},   // [DS] L199: (6 - 4) % 3 != 0
+        {C, 512, 0, 2},   // [DS] L199: (7 - 4) % 3 == 0: L202 scale * 2 (L200: no refill there)
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE(
+      "deepspeed: at its minimum with raise_at_min_scale an overflow due to back off is "
+      "errc::scale_at_minimum and changes nothing") {
+    // The preset: min_scale 1, raise_at_min_scale (the engine's raise_error_at_min_scale).
+    ScaleState s =
+        started(GradScalerOptions::deepspeed().init_scale(4).growth_interval(2).hysteresis(2));
+    const errc at_min = errc::scale_at_minimum;
+    const Row rows[] = {
+        {O, 4, 0, 1},          // [DS] L173 false: L191 absorbed; L192
+        {O, 2, 0, 1},          // [DS] L173, L174 (4 != 1), L178 max(4 / 2, 1) = 2
+        {C, 2, 1, 1},          // [DS] L199: (2 - 1) % 2 != 0
+        {O, 1, 0, 1},          // [DS] L178 max(2 / 2, 1) = 1; L192 last_overflow_iter = 3
+        {C, 1, 1, 1},          // [DS] L199: (4 - 3) % 2 != 0
+        {O, 1, 1, 1, at_min},  // [DS] L174-L176: cur_scale == min_scale raises before L192, L203
+        {O, 1, 1, 1, at_min},  // [DS] L174-L176: nothing changed, so it raises again
+        {C, 2, 0, 2},          // [DS] L203 never ran: (5 - 3) % 2 == 0, L200-L202 grows, refills
+        {O, 2, 0, 1},          // [DS] L173 false: the refilled hysteresis absorbs at 2
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE("deepspeed: without raise_at_min_scale a backoff at its minimum stays at min_scale") {
+    ScaleState s = started(GradScalerOptions::deepspeed()
+                               .init_scale(2)
+                               .growth_interval(5)
+                               .hysteresis(1)
+                               .raise_at_min_scale(false));
+    const Row rows[] = {
+        {O, 1, 0, 1},  // [DS] L173 (delayed_shift == 1), L178 max(2 / 2, 1) = 1
+        {O, 1, 0, 1},  // [DS] L174 false (raise_error_at_min_scale off): L178 max(0.5, 1) = 1
+        {C, 1, 1, 1},  // [DS] L199: (2 - 1) % 5 != 0
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE(
+      "megatron: the hysteresis tracker counts down below 0 and every overflow restarts the "
+      "growth count; only a growth refills it; the backoff floors at min_scale") {
+    ScaleState s = started(
+        GradScalerOptions::megatron().init_scale(1024).growth_interval(3).hysteresis(2).min_scale(
+            256));
+    REQUIRE(s.hysteresis_tracker() == 2);  // [MEG] L129: _hysteresis_tracker = hysteresis
+    const Row rows[] = {
+        {C, 1024, 1, 2},  // [MEG] L146 growth tracker + 1; L148: 1 != 3
+        {O, 1024, 0, 1},  // [MEG] L139 growth tracker 0, L140 -> 1, L142: 1 > 0, no backoff
+        {C, 1024, 1, 1},  // [MEG] L146: a clean step leaves the hysteresis tracker
+        {O, 512, 0, 0},   // [MEG] L139-L140 -> 0, L142-L143 max(1024 * 0.5, 256)
+        {O, 256, 0, -1},  // [MEG] L140 -> -1 (no lower bound), L143 max(512 * 0.5, 256)
+        {O, 256, 0, -2},  // [MEG] L143 max(128, 256): the floor
+        {C, 256, 1, -2},  // [MEG] L146
+        {C, 256, 2, -2},  // [MEG] L146; L148: 2 != 3
+        {C, 512, 0, 2},   // [MEG] L148-L153: tracker 0, refilled to hysteresis, scale * 2
+        {O, 512, 0, 1},   // [MEG] L139-L142: the refilled hysteresis absorbs
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE("apex: an overflow halves, growth_interval clean steps double, clamped at max_scale") {
+    ScaleState s =
+        started(GradScalerOptions::apex().init_scale(1024).growth_interval(2).max_scale(2048));
+    const Row rows[] = {
+        {C, 1024, 1},  // [APX] L210-L211 _unskipped += 1; L213: 1 != 2
+        {C, 2048, 0},  // [APX] L213-L215: min(2048, 1024 * 2.), _unskipped = 0
+        {C, 2048, 1},  // [APX] L211
+        {C, 2048, 0},  // [APX] L214: min(2048, 4096.): held at max_loss_scale
+        {O, 1024, 0},  // [APX] L202-L208: no min_loss_scale, L207 / 2.; L208 _unskipped = 0
+        {C, 1024, 1},  // [APX] L211
+        {O, 512, 0},   // [APX] L207-L208
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE(
+      "colossalai: hysteresis counts its steps up, the backoff floors at min_scale, the growth "
+      "clamps at max_scale") {
+    ScaleState s = started(GradScalerOptions::colossalai()
+                               .init_scale(1024)
+                               .growth_interval(2)
+                               .hysteresis(2)
+                               .min_scale(512)
+                               .max_scale(2048));
+    REQUIRE(s.hysteresis_tracker() == 2);  // [CAI] L62: _hysteresis_step = 0 (2 - 0)
+    const Row rows[] = {
+        {O, 1024, 0, 1},  // [CAI] L85 _hysteresis_step 1, L86 _growth_step 0, L88: 1 < 2
+        {O, 512, 0, 0},   // [CAI] L85 -> 2, L88-L89: L106 1024 * 0.5, L107-L108 max(.., 512)
+        {O, 512, 0, -1},  // [CAI] L85 -> 3, L106 256, L108 max(256, 512): the floor
+        {C, 512, 1, -1},  // [CAI] L92 _growth_step 1; L93: 1 != 2
+        {C, 1024, 0, 2},  // [CAI] L93-L96: _growth_step 0, _hysteresis_step 0, L113 * 2
+        {C, 1024, 1, 2},  // [CAI] L92
+        {C, 2048, 0, 2},  // [CAI] L96, L113-L115 min(2048, 2048)
+        {C, 2048, 1, 2},  // [CAI] L92
+        {C, 2048, 0, 2},  // [CAI] L115 min(4096, 2048): held at max_scale
+        {O, 2048, 0, 1},  // [CAI] L85-L88: 1 < 2, absorbed
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE("keras: an overflow halves with no floor, the growth_interval-th clean step doubles") {
+    ScaleState s = started(GradScalerOptions::keras().init_scale(2).growth_interval(3));
+    const Row rows[] = {
+        {O, 1, 0},    // [KRS] L241 step_counter 0, L242 dynamic_scale * 0.5
+        {O, 0.5, 0},  // [KRS] L242: no floor
+        {C, 0.5, 1},  // [KRS] L233-L237: 0 != 3 - 1, L229-L230 step_counter + 1
+        {C, 0.5, 2},  // [KRS] L234: 1 != 2, L230
+        {C, 1, 0},    // [KRS] L234: 2 == 2, L225-L227 step_counter 0, dynamic_scale * 2.0
+        {C, 1, 1},    // [KRS] L230
+        {O, 0.5, 0},  // [KRS] L241-L242
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE(
+      "tf: the floor is 1 (an overflow lifts a scale below 1 to 1); growth when good_steps + 1 "
+      ">= period") {
+    ScaleState s = started(GradScalerOptions::tf().init_scale(4).growth_interval(3));
+    const Row rows[] = {
+        {O, 2, 0},  // [TF] L407-L414: maximum(4 / 2, 1), good_steps 0
+        {O, 1, 0},  // [TF] L410-L411: maximum(2 / 2, 1)
+        {O, 1, 0},  // [TF] L410-L411: maximum(0.5, 1), the floor
+        {C, 1, 1},  // [TF] L402-L405: 0 + 1 < 3, assign_add(1)
+        {C, 1, 2},  // [TF] L403-L405: 1 + 1 < 3
+        {C, 2, 0},  // [TF] L403: 2 + 1 >= 3: L396-L400 scale * 2 (finite, L289-L293), 0
+        {C, 2, 1},  // [TF] L405
+        {C, 2, 2},  // [TF] L405
+    };
+    drive(s, rows);
+    s.set_scale(0.25);  // a scale below 1, as tf starts with an initial_loss_scale below 1
+    const Row lifted[] = {
+        {O, 1, 0},  // [TF] L410-L411: maximum(0.25 / 2, 1) = 1: an overflow raises the scale
+        {C, 1, 1},  // [TF] L405
+        {C, 1, 2},  // [TF] L405
+    };
+    drive(s, lifted);
+    s.set_growth_interval(2);  // a period lowered to below good_steps + 1
+    const Row at_once[] = {
+        {C, 2, 0},  // [TF] L403: 2 + 1 >= 2 (>=, where torch's == would stall), L396-L400
+    };
+    drive(s, at_once);
+  }
+
+  TEST_CASE(
+      "jmp: an overflow divides by the factor down to min_scale, the period-th clean step "
+      "multiplies") {
+    ScaleState s = started(GradScalerOptions::jmp()
+                               .init_scale(64)
+                               .growth_factor(4)
+                               .backoff_factor(0.25)
+                               .growth_interval(3)
+                               .min_scale(2));
+    const Row rows[] = {
+        {O, 16, 0},  // [JMP] L165 maximum(2, 64 / 4); L167 counter (..) * False = 0
+        {O, 4, 0},   // [JMP] L165 maximum(2, 16 / 4)
+        {O, 2, 0},   // [JMP] L165 maximum(2, 4 / 4): the floor
+        {C, 2, 1},   // [JMP] L159: 0 != 3 - 1, L162 scale kept; L167 (0 + 1) % 3
+        {C, 2, 2},   // [JMP] L159: 1 != 2; L167 (1 + 1) % 3
+        {C, 8, 0},   // [JMP] L159-L161: 2 == 2, 2 * 4 is finite; L167 (2 + 1) % 3 = 0
+        {C, 8, 1},   // [JMP] L167
+        {O, 2, 0},   // [JMP] L165 maximum(2, 8 / 4); L167
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE(
+      "torch with min_scale and max_scale: torch's kernel, the growth clamped at max_scale and "
+      "the backoff at min_scale") {
+    ScaleState s =
+        started(GradScalerOptions().init_scale(4).growth_interval(2).min_scale(1).max_scale(8));
+    const Row rows[] = {
+        {C, 4, 1},  // [PT] L193 successful = 1; L197-L199 scale kept, tracker 1
+        {C, 8, 0},  // [PT] L194-L196: 2 == 2, 4 * 2.0, tracker 0
+        {C, 8, 1},  // [PT] L197-L199
+        {C, 8, 0},  // [PT] L195 8 * 2.0, clamped to max_scale 8 (ampactor's); L196
+        {O, 4, 0},  // [PT] L187-L189: 8 * 0.5, tracker 0
+        {O, 2, 0},  // [PT] L188
+        {O, 1, 0},  // [PT] L188
+        {O, 1, 0},  // [PT] L188 0.5, floored at min_scale 1 (ampactor's)
+        {C, 1, 1},  // [PT] L197-L199
+    };
+    drive(s, rows);
+  }
+
+  TEST_CASE(
+      "rules switched through load_state_dict: torch's dict into megatron and deepspeed leaves "
+      "the hysteresis full") {
+    // A torch run: init 1024, interval 4.
+    ScaleState torch_rule = started(GradScalerOptions().init_scale(1024).growth_interval(4));
+    const Row torch_rows[] = {
+        {O, 512, 0},  // [PT] L187-L189
+        {C, 512, 1},  // [PT] L197-L199
+        {C, 512, 2},  // [PT] L197-L199
+    };
+    drive(torch_rule, torch_rows);
+    const StateDict sd = ampactor::make_state_dict(torch_rule);
+    REQUIRE_FALSE(sd.contains("_hysteresis_tracker"));  // torch's keys only
+
+    // doc/guide/update-rules.md: "a dict without it, torch's, leaves the hysteresis full".
+    for (const GradScalerOptions& peer :
+         {GradScalerOptions::megatron().init_scale(4096), GradScalerOptions::deepspeed()}) {
+      CAPTURE(ampactor::rule_name(peer.rule()));
+      LocalGradScaler fresh(peer);  // before its first scale(): the dict's values become initial
+      fresh.load_state_dict(sd);
+      CHECK(fresh.get_scale() == 512);
+      CHECK(fresh.get_growth_tracker() == 2);
+      CHECK(fresh.get_growth_interval() == 4);
+      CHECK(fresh.state_dict().get_int("_hysteresis_tracker") == 2);
+
+      ScaleState spent = started(peer);  // a live scaler whose hysteresis an overflow spent
+      spent.update(true);
+      REQUIRE(spent.hysteresis_tracker() == 1);
+      ampactor::load_state_dict(spent, sd);  // what LocalGradScaler::load_state_dict calls
+      CHECK(spent.scale() == 512);
+      CHECK(spent.growth_tracker() == 2);
+      CHECK(spent.hysteresis_tracker() == 2);  // full again
+      // The full hysteresis absorbs one overflow; the next backs off.
+      if (peer.rule() == ampactor::RuleKind::megatron) {
+        const Row rows[] = {
+            {O, 512, 0, 1},  // [MEG] L139-L142: 2 -> 1 > 0, absorbed
+            {O, 256, 0, 0},  // [MEG] L140 -> 0, L142-L143 max(512 * 0.5, 1)
+        };
+        drive(spent, rows);
+      } else {
+        const Row rows[] = {
+            {O, 512, 0, 1},  // [DS] L173 false (2): L191 absorbed; L192
+            {O, 256, 0, 1},  // [DS] L173-L184: max(512 / 2, 1); the backoff does not refill
+        };
+        drive(spent, rows);
+      }
+    }
+  }
+
+  TEST_CASE(
+      "rules switched through load_state_dict: a hysteresis rule's dict into torch is accepted "
+      "and its _hysteresis_tracker ignored") {
+    ScaleState megatron =
+        started(GradScalerOptions::megatron().init_scale(1024).growth_interval(4).hysteresis(2));
+    const Row megatron_rows[] = {
+        {O, 1024, 0, 1},  // [MEG] L139-L142: absorbed
+        {O, 512, 0, 0},   // [MEG] L143
+        {O, 256, 0, -1},  // [MEG] L140 -> -1, L143
+        {C, 256, 1, -1},  // [MEG] L146
+    };
+    drive(megatron, megatron_rows);
+    const StateDict sd = ampactor::make_state_dict(megatron);
+    REQUIRE(sd.get_int("_hysteresis_tracker") == -1);
+
+    LocalGradScaler torch_rule(GradScalerOptions().init_scale(65536).growth_interval(2000));
+    CHECK(refusal_of([&] { torch_rule.load_state_dict(sd); }).code == errc{});  // accepted
+    StateDict without = sd;
+    without.erase("_hysteresis_tracker");
+    CHECK(torch_rule.state_dict() == without);  // torch's keys, the dict's values
+    LocalGradScaler loaded_without(GradScalerOptions().init_scale(65536).growth_interval(2000));
+    loaded_without.load_state_dict(without);
+    CHECK(torch_rule.scale_state() == loaded_without.scale_state());  // the key left no trace
+    // Ignored, not read: a value no hysteresis rule would take is no error here.
+    StateDict odd = without;
+    odd.set("_hysteresis_tracker", 1e300);
+    CHECK(refusal_of([&] { loaded_without.load_state_dict(odd); }).code == errc{});
+    // torch's rule from there: no hysteresis, the first overflow backs off.
+    ScaleState s = torch_rule.scale_state();
+    s.lazy_init();
+    const Row rows[] = {
+        {C, 256, 2},  // [PT] L193, L197-L199: the loaded tracker 1 + 1
+        {O, 128, 0},  // [PT] L187-L189: backs off at once
+        {O, 64, 0},   // [PT] L188
+    };
+    drive(s, rows);
+  }
+}

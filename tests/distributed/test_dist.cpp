@@ -1,0 +1,306 @@
+// Data parallel over c10d's gloo on loopback: ranks of ampactor-dist-worker started by
+// ampactor-launch (a free port each time, so parallel tests cannot collide), their outputs
+// compared with each other and with one process over the concatenated batch.
+#include "child_process.h"
+
+#include <ampactor/trace/replay.h>
+#include <ampactor/trace/trace.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using namespace ampactor;
+using ampactor::test::Child;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+/// A fresh folder per run.
+fs::path fresh(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("ampactor-dist-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+struct Run {
+  int code = -1;
+  std::chrono::steady_clock::duration elapsed{};  // from the launch to the last process's exit
+  std::string log;
+  std::vector<std::string> ranks;  // each rank's output file
+};
+
+/// `n` ranks (0: one process, --single over `single` shards) with the worker's `args`.
+Run launch(const std::string& name, int n, std::vector<std::string> args, int single = 0,
+           std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const fs::path dir = fresh(name);
+  std::vector<std::string> argv;
+  if (n > 0)
+    argv = {AMPACTOR_LAUNCH,
+            "--nproc",
+            std::to_string(n),
+            "--master-port",
+            "0",
+            "--grace",
+            "60",
+            "--",
+            AMPACTOR_DIST_WORKER};
+  else
+    argv = {AMPACTOR_DIST_WORKER, "--single", std::to_string(single)};
+  argv.insert(argv.end(), {"--out", dir.string()});
+  argv.insert(argv.end(), args.begin(), args.end());
+  Run r;
+  {
+    const auto start = std::chrono::steady_clock::now();
+    Child c(argv, (dir / "log.txt").string());
+    r.code = c.wait(limit);
+    r.elapsed = std::chrono::steady_clock::now() - start;
+  }
+  r.log = slurp(dir / "log.txt");
+  for (int i = 0; i < std::max(n, 1); ++i)
+    r.ranks.push_back(slurp(dir / ("rank" + std::to_string(i) + ".txt")));
+  return r;
+}
+
+/// The (scale, found_inf) lines of a rank's output.
+std::vector<std::pair<double, int>> trajectory(const std::string& out) {
+  std::vector<std::pair<double, int>> t;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream l(line);
+    std::string first;
+    l >> first;
+    if (first == "param" || first == "done") continue;
+    double scale = 0;
+    int inf = 0;
+    l >> scale >> inf;
+    t.emplace_back(scale, inf);
+  }
+  return t;
+}
+
+const std::vector<std::vector<std::string>> kPaths = {
+    {"--path", "local"},
+    {"--path", "actor"},
+    {"--path", "pipeline", "--staleness", "0"},
+    {"--path", "pipeline", "--staleness", "1", "--defer"}};
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& a : v)
+    s += a + " ";
+  return s;
+}
+
+/// The line rank `rank` of the worker wrote to stderr (its error), or "" if it wrote none.
+std::string said_by(const std::string& log, int rank) {
+  const std::string said = "ampactor-dist-worker rank " + std::to_string(rank) + ": ";
+  const auto at = log.find(said);
+  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
+}
+
+/// f(n, path's arguments) for 2 and 4 ranks on every path.
+template <class F>
+void for_each_setup(F&& f) {
+  for (int n : {2, 4})
+    for (const auto& path : kPaths) {
+      CAPTURE(n);
+      CAPTURE(joined(path));
+      f(n, path);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("2 and 4 ranks: the same scale and skips and bit-identical parameters on every rank") {
+  for_each_setup([](int n, std::vector<std::string> args) {
+    args.insert(args.end(), {"--model", "mlp", "--steps", "16", "--inf-at", "1:6"});
+    const Run r = launch("same", n, args);
+    REQUIRE_MESSAGE(r.code == 0, r.log);
+    REQUIRE(r.ranks[0].find("done") != std::string::npos);
+    for (int i = 1; i < n; ++i)
+      CHECK(r.ranks[std::size_t(i)] == r.ranks[0]);
+  });
+}
+
+TEST_CASE("an inf on one rank only makes every rank skip and back off exactly once") {
+  for_each_setup([](int n, std::vector<std::string> args) {
+    // growth interval 100: no growth in 12 steps, so a scale change is the backoff.
+    args.insert(args.end(), {"--steps", "12", "--growth-interval", "100", "--inf-at",
+                             std::to_string(n - 1) + ":5"});
+    const Run r = launch("one-inf", n, args);
+    REQUIRE_MESSAGE(r.code == 0, r.log);
+    for (int i = 0; i < n; ++i) {
+      CAPTURE(i);
+      const auto t = trajectory(r.ranks[std::size_t(i)]);
+      REQUIRE(t.size() == 12);
+      int skips = 0, backoffs = 0;
+      for (std::size_t k = 0; k < t.size(); ++k) {
+        skips += t[k].second;
+        if (k > 0 && t[k].first < t[k - 1].first) ++backoffs;
+      }
+      CHECK(t[5].second == 1);
+      CHECK(skips == 1);
+      CHECK(backoffs == 1);
+      CHECK(t[6].first == t[5].first / 2);
+    }
+  });
+}
+
+TEST_CASE("data parallel equals one process over the concatenated batch, bit for bit (SGD)") {
+  // The exact model: every gradient and every mean of them is exact in fp32 (dist_worker.cpp),
+  // so the ranks' average and the concatenated batch's mean are the same floats.
+  for_each_setup([](int n, std::vector<std::string> args) {
+    args.insert(args.end(), {"--model", "exact", "--steps", "24", "--inf-at", "0:9"});
+    const Run dp = launch("dp", n, args);
+    const Run one = launch("single", 0, args, n);
+    REQUIRE_MESSAGE(dp.code == 0, dp.log);
+    REQUIRE_MESSAGE(one.code == 0, one.log);
+    CHECK(trajectory(dp.ranks[0]).size() == 24);
+    CHECK(dp.ranks[0] == one.ranks[0]);
+  });
+}
+
+TEST_CASE("each rank's trace records its local and the agreed found_inf and replays identically") {
+  const fs::path dir = fresh("traces");
+  // The pipeline: each rank checks its own gradients in the move, before they are averaged.
+  const Run r = launch("trace", 2,
+                       {"--path", "pipeline", "--staleness", "0", "--steps", "10", "--inf-at",
+                        "1:4", "--trace", (dir / "t").string()});
+  REQUIRE_MESSAGE(r.code == 0, r.log);
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    const Trace t = read_trace((dir / ("t.rank" + std::to_string(rank) + ".jsonl")).string());
+    CHECK(replay_trace(t).identical);
+    int reports = 0;
+    for (const auto& e : t.events)
+      if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) {
+        ++reports;
+        CHECK(d->found_inf == (d->k == 4));
+        CHECK(d->local_found_inf == (d->k == 4 && rank == 1));
+      }
+    CHECK(reports == 10);
+  }
+}
+
+TEST_CASE(
+    "a rank killed with SIGKILL makes every other rank fail naming it, within its 8 s timeout and "
+    "the start-up") {
+  const Run r = launch(
+      "killed", 4, {"--path", "actor", "--steps", "30", "--die-at", "2:5", "--timeout-ms", "8000"},
+      0, std::chrono::seconds(90));
+  CHECK(r.code != 0);
+  // Four LibTorch ranks start in seconds on two cores; a hang would run to the 90 s limit.
+  CHECK(r.elapsed < std::chrono::seconds(8 + 30));
+  for (int rank : {0, 1, 3}) {
+    CAPTURE(rank);
+    const std::string line = said_by(r.log, rank);
+    REQUIRE_MESSAGE(!line.empty(), r.log);
+    CHECK_MESSAGE(line.find("failed: rank 2 is gone (heartbeat stopped)") != std::string::npos,
+                  line);
+  }
+}
+
+TEST_CASE("a rank whose step job throws makes every other rank fail naming it and the reason") {
+  for (const auto& path : {std::vector<std::string>{"--path", "actor"},
+                           std::vector<std::string>{"--path", "pipeline", "--defer"}}) {
+    CAPTURE(joined(path));
+    auto args = path;
+    args.insert(args.end(), {"--steps", "30", "--throw-at", "1:3", "--timeout-ms", "8000"});
+    const Run r = launch("throws", 3, args, 0, std::chrono::seconds(90));
+    CHECK(r.code != 0);
+    for (int rank : {0, 2}) {
+      CAPTURE(rank);
+      const std::string line = said_by(r.log, rank);
+      REQUIRE_MESSAGE(!line.empty(), r.log);
+      CHECK_MESSAGE(line.find("rank 1 failed: its step job in iteration 3 threw: an error in rank "
+                              "1's step") != std::string::npos,
+                    line);
+    }
+  }
+}
+
+TEST_CASE("ranks started with different scaler options are refused at start, on every rank") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  for (const Case& c :
+       {Case{{"--rank1-growth-interval", "5"},
+             "rank 0 has growth_interval=3 vs growth_interval=5 on rank 1"},
+        Case{{"--rank1-policy", "lagged"}, "rank 0 has policy=exact vs policy=lagged on rank 1"},
+        Case{{"--rank1-init-scale", "2048"}, "rank 0 has init_scale=1024 vs init_scale=2048"},
+        Case{{"--rank1-growth-factor", "4"}, "rank 0 has growth_factor=2 vs growth_factor=4"},
+        Case{{"--rank1-rule", "megatron"}, "rank 0 has rule=torch vs rule=megatron"}}) {
+    CAPTURE(c.says);
+    auto args = c.args;
+    args.insert(args.end(), {"--path", "actor", "--steps", "3"});
+    const Run r = launch("options", 2, args);
+    CHECK(r.code != 0);
+    for (int rank : {0, 1}) {
+      const std::string line = said_by(r.log, rank);
+      REQUIRE_MESSAGE(!line.empty(), r.log);
+      CHECK_MESSAGE(line.find(c.says) != std::string::npos, line);
+      CHECK(r.ranks[std::size_t(rank)].empty());  // refused before the first iteration
+    }
+  }
+}
+
+TEST_CASE("a rank whose store cannot be reached fails with the store's error") {
+  // Rank 1 of 2 with nobody at the port: the TCPStore client gives up after the timeout.
+  ::setenv("RANK", "1", 1), ::setenv("WORLD_SIZE", "2", 1), ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", "9", 1);  // discard: nothing listens there
+  const fs::path dir = fresh("unreachable");
+  int code = -1;
+  {
+    Child c({AMPACTOR_DIST_WORKER, "--out", dir.string(), "--timeout-ms", "1500"},
+            (dir / "log.txt").string());
+    code = c.wait(std::chrono::seconds(60));
+  }
+  for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    ::unsetenv(v);
+  const std::string log = slurp(dir / "log.txt");
+  CHECK(code == 1);
+  CHECK_MESSAGE(log.find("rank 1: the store at 127.0.0.1:9 cannot be reached (rank 0 hosts it)") !=
+                    std::string::npos,
+                log);
+}
+
+TEST_CASE("ampactor-launch: torchrun's variables, the failing ranks named, bad options refused") {
+  const fs::path dir = fresh("launch");
+  auto run = [&](std::vector<std::string> argv) {
+    Child c(argv, (dir / "out.txt").string());
+    const int code = c.wait(std::chrono::seconds(30));
+    return std::make_pair(code, slurp(dir / "out.txt"));
+  };
+  auto [code, out] = run({AMPACTOR_LAUNCH, "--nproc", "2", "--nnodes", "2", "--node-rank", "1",
+                          "--master-addr", "10.0.0.1", "--master-port", "29999", "--", "sh", "-c",
+                          "echo vars $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR "
+                          "$MASTER_PORT"});
+  CHECK(code == 0);
+  CHECK(out.find("vars 2 4 0 2 10.0.0.1 29999") != std::string::npos);
+  CHECK(out.find("vars 3 4 1 2 10.0.0.1 29999") != std::string::npos);
+  std::tie(code, out) = run({AMPACTOR_LAUNCH, "--nproc", "3", "--", "sh", "-c", "exit $RANK"});
+  CHECK(code != 0);
+  CHECK(out.find("ampactor-launch: rank 1 exited with code 1") != std::string::npos);
+  CHECK(out.find("ampactor-launch: rank 2 exited with code 2") != std::string::npos);
+  CHECK(out.find("rank 0 exited") == std::string::npos);
+  std::tie(code, out) =
+      run({AMPACTOR_LAUNCH, "--nproc", "1", "--nnodes", "2", "--node-rank", "2", "--", "true"});
+  CHECK(code == 2);
+  CHECK(out.find("--node-rank 2 must be below --nnodes 2") != std::string::npos);
+  std::tie(code, out) = run({AMPACTOR_LAUNCH, "--nproc", "2", "--", "/nonexistent/program"});
+  CHECK(code == 2);
+  CHECK(out.find("cannot start /nonexistent/program") != std::string::npos);
+}

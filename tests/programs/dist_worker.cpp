@@ -1,0 +1,293 @@
+// ampactor-dist-worker: one rank of the data-parallel tests (run by ampactor-launch, or alone with
+// --single N as one process over the N ranks' concatenated batches). Writes OUT/rank<R>.txt: a
+// line "k scale found_inf" per iteration, then "param <index> <hex of each float>" lines.
+//
+// Models: "exact", whose loss is linear in the weights with inputs in {-1, 0, 1} and power-of-two
+// batches, so every gradient, its mean over ranks and its mean over the concatenated batch are
+// exact in fp32 (the runs can be compared bit for bit); "mlp", a tanh MLP (compared across ranks).
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
+#include <ampactor/distributed/dist.h>
+#include <ampactor/scaler/local_grad_scaler.h>
+#include <ampactor/trace/trace.h>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/modules/container/functional.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace {
+
+struct Settings {
+  std::string path = "actor", model = "exact", out = ".", policy = "exact", trace;
+  int steps = 20, staleness = 1, single = 0, growth_interval = 3;
+  std::int64_t batch = 8;
+  double init_scale = 1024;
+  bool defer = false;
+  std::set<std::pair<int, int>> inf_at, die_at, throw_at;  // (rank, iteration)
+  int timeout_ms = 20000;
+  // Rank 1's own settings (0 or empty: the others').
+  int odd_interval = 0;
+  double odd_init_scale = 0, odd_growth = 0;
+  std::string odd_policy, odd_rule;
+};
+
+/// The options; --inf-at, --die-at and --throw-at into `inf_at`, `die_at`, `throw_at` as given.
+void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
+                 std::vector<std::string>& die_at, std::vector<std::string>& throw_at) {
+  app.add_option("--path", s.path, "local | actor | pipeline");
+  app.add_option("--model", s.model, "exact | mlp");
+  app.add_option("--policy", s.policy, "exact | lagged");
+  app.add_option("--steps", s.steps);
+  app.add_option("--batch", s.batch, "samples per rank");
+  app.add_option("--staleness", s.staleness);
+  app.add_flag("--defer", s.defer, "defer_grad_move and swap_weights");
+  app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
+  app.add_option("--init-scale", s.init_scale);
+  app.add_option("--growth-interval", s.growth_interval);
+  app.add_option("--rank1-growth-interval", s.odd_interval, "rank 1 starts with another interval");
+  app.add_option("--rank1-policy", s.odd_policy, "rank 1 starts with another policy");
+  app.add_option("--rank1-init-scale", s.odd_init_scale, "rank 1 starts with another init_scale");
+  app.add_option("--rank1-growth-factor", s.odd_growth, "rank 1 starts with another growth_factor");
+  app.add_option("--rank1-rule", s.odd_rule, "rank 1 starts with another rule's preset");
+  app.add_option("--inf-at", inf_at, "RANK:ITER: an inf in that rank's gradients");
+  app.add_option("--die-at", die_at, "RANK:ITER: that rank SIGKILLs itself there");
+  app.add_option("--throw-at", throw_at, "RANK:ITER: that rank's step job throws there");
+  app.add_option("--timeout-ms", s.timeout_ms);
+  app.add_option("--trace", s.trace, "record the keeper's trace to TRACE.rank<R>.jsonl");
+  app.add_option("--out", s.out);
+}
+
+std::pair<int, int> rank_iter(const std::string& s) {
+  const auto colon = s.find(':');
+  if (colon == std::string::npos) throw std::invalid_argument("expected RANK:ITER, got " + s);
+  return {std::stoi(s.substr(0, colon)), std::stoi(s.substr(colon + 1))};
+}
+
+/// Sample i of iteration k, the same on every rank and in --single: inputs and targets in
+/// {-1, 0, 1} (a generator seeded by k and i alone).
+std::pair<at::Tensor, at::Tensor> samples(int k, std::int64_t first, std::int64_t n) {
+  at::Tensor x = at::empty({n, 8}), c = at::empty({n, 4});
+  for (std::int64_t j = 0; j < n; ++j) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(std::uint64_t(k) * 1000003 +
+                                                        std::uint64_t(first + j));
+    x[j] = at::randint(-1, 2, {8}, gen).to(at::kFloat);
+    c[j] = at::randint(-1, 2, {4}, gen).to(at::kFloat);
+  }
+  return {x, c};
+}
+
+/// The model, seeded alike on every rank.
+torch::nn::Sequential make_net(const std::string& model) {
+  torch::manual_seed(7);
+  torch::nn::Sequential net;
+  if (model == "exact") {
+    net->push_back(torch::nn::Linear(torch::nn::LinearOptions(8, 4).bias(false)));
+    torch::NoGradGuard ng;
+    for (auto& p : net->parameters())
+      p.copy_(at::randint(-8, 9, p.sizes()).to(at::kFloat) / 8);
+  } else {
+    net->push_back(torch::nn::Linear(8, 16));
+    net->push_back(torch::nn::Functional([](at::Tensor t) { return at::tanh(t); }));
+    net->push_back(torch::nn::Linear(16, 4));
+  }
+  return net;
+}
+
+/// The scaler's options of this rank.
+ampactor::GradScalerOptions scaler_options(const Settings& s, int rank,
+                                           const std::shared_ptr<ampactor::RankGroup>& ranks) {
+  auto so = ampactor::GradScalerOptions();
+  if (rank == 1 && !s.odd_rule.empty())
+    so = ampactor::GradScalerOptions::preset(ampactor::rule_from_name(s.odd_rule).value());
+  so.init_scale(s.init_scale).growth_interval(s.growth_interval).ranks(ranks);
+  if (rank == 1 && s.odd_growth > 0) so.growth_factor(s.odd_growth);
+  return so;
+}
+
+/// The optimizer and the scaler of --path. The optimizer first, so that it goes last: the scalers
+/// and the pipeline finish their jobs before it goes, on any way out.
+struct Stepper {
+  std::unique_ptr<torch::optim::SGD> opt;
+  std::unique_ptr<ampactor::LocalGradScaler> local;
+  std::unique_ptr<ampactor::GradScaler> actor;
+  std::unique_ptr<ampactor::AsyncOptimizer> pipe;
+};
+
+Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
+                     const ampactor::GradScalerOptions& so) {
+  const auto policy =
+      s.policy == "lagged" ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
+  const std::string trace =
+      s.trace.empty() ? "" : s.trace + ".rank" + std::to_string(rank) + ".jsonl";
+  Stepper st;
+  const auto sgd = torch::optim::SGDOptions(1.0 / 64).momentum(0.5);
+  if (s.path == "local") {
+    st.local = std::make_unique<ampactor::LocalGradScaler>(so);
+    st.opt = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
+  } else {
+    st.actor = std::make_unique<ampactor::GradScaler>(
+        so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
+    if (s.path == "pipeline") {
+      st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor,
+                                                           ampactor::AsyncOptimizerOptions()
+                                                               .staleness(s.staleness)
+                                                               .swap_weights(s.defer)
+                                                               .defer_grad_move(s.defer));
+      st.opt = std::make_unique<torch::optim::SGD>(st.pipe->optim_parameters(), sgd);
+    } else {
+      st.opt = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
+    }
+  }
+  return st;
+}
+
+/// This rank's training run, writing its lines into `out`.
+struct Worker {
+  const Settings& s;
+  int rank, shards;
+  const std::shared_ptr<ampactor::RankGroup>& ranks;
+  torch::nn::Sequential& net;
+  Stepper& st;
+  std::ostream& out;
+
+  /// A trainer of one's own: it averages the gradients itself.
+  void average_grads() {
+    std::vector<at::Tensor> g;
+    for (auto& p : net->parameters())
+      g.push_back(p.grad());
+    if (ranks) ranks->average(g);
+  }
+
+  /// Iteration k's loss, with the infs asked for.
+  at::Tensor loss(int k) {
+    const std::int64_t n = s.batch * (s.single > 0 ? shards : 1);
+    auto [x, c] = samples(k, s.single > 0 ? 0 : rank * s.batch, n);
+    net->zero_grad();
+    at::Tensor y = net->forward(x);
+    at::Tensor loss = s.model == "exact" ? (y * c).sum() / double(n) : (y - c).pow(2).mean();
+    for (int r = 0; r < shards; ++r)
+      if (s.inf_at.count({s.single > 0 ? r : rank, k}) && (s.single > 0 || r == 0))
+        loss = loss * INFINITY;
+    return loss;
+  }
+
+  void step_local(int k, const at::Tensor& loss) {
+    st.local->scale(loss).backward();
+    const double scale = st.local->get_scale();
+    average_grads();
+    st.local->step(*st.opt);
+    out << k << " " << scale << " " << *st.local->found_inf(*st.opt) << "\n";
+    st.local->update();
+  }
+
+  void step_actor(int k, const at::Tensor& loss) {
+    const bool throws = s.throw_at.count({rank, k}) > 0;
+    st.actor->scale(loss).backward();
+    const double scale = st.actor->get_scale();
+    auto fn = [&] {
+      if (throws) throw std::runtime_error("an error in rank " + std::to_string(rank) + "'s step");
+      st.actor->step(*st.opt);
+    };
+    if (st.pipe) {
+      st.pipe->step(*st.opt, fn);
+    } else {
+      average_grads();
+      st.actor->submit(fn);
+    }
+    st.actor->update();
+    out << k << " " << scale;
+    if (st.pipe) st.pipe->sync();
+    out << " " << st.actor->wait_result(k).skipped() << "\n";
+  }
+
+  void train() {
+    for (int k = 0; k < s.steps; ++k) {
+      if (s.die_at.count({rank, k})) std::raise(SIGKILL);
+      const at::Tensor l = loss(k);
+      if (st.local)
+        step_local(k, l);
+      else
+        step_actor(k, l);
+    }
+    if (st.pipe) st.pipe->sync();
+  }
+
+  /// The "param" lines: each parameter's floats in hex (the masters, with a pipeline).
+  void write_params() {
+    int i = 0;
+    for (auto& p : (st.pipe ? st.pipe->optim_parameters() : net->parameters())) {
+      out << "param " << i++;
+      const at::Tensor t = p.detach().contiguous();
+      for (std::int64_t j = 0; j < t.numel(); ++j) {
+        char hex[32];
+        std::snprintf(hex, sizeof hex, " %a", double(t.data_ptr<float>()[j]));
+        out << hex;
+      }
+      out << "\n";
+    }
+  }
+};
+
+/// The run of this rank, once the group is up.
+void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::RankGroup>& ranks) {
+  if (rank == 1 && s.odd_interval > 0) s.growth_interval = s.odd_interval;
+  if (rank == 1 && !s.odd_policy.empty()) s.policy = s.odd_policy;
+  torch::nn::Sequential net = make_net(s.model);
+  if (rank == 1 && s.odd_init_scale > 0) s.init_scale = s.odd_init_scale;
+  Stepper st = make_stepper(s, rank, net, scaler_options(s, rank, ranks));
+  std::ofstream out(s.out + "/rank" + std::to_string(rank) + ".txt");
+  Worker worker{s, rank, shards, ranks, net, st, out};
+  worker.train();
+  worker.write_params();
+  out << "done\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  std::vector<std::string> inf_at, die_at, throw_at;
+  CLI::App app{"one rank of ampactor's data-parallel tests"};
+  add_options(app, s, inf_at, die_at, throw_at);
+  CLI11_PARSE(app, argc, argv);
+  for (auto& v : inf_at)
+    s.inf_at.insert(rank_iter(v));
+  for (auto& v : die_at)
+    s.die_at.insert(rank_iter(v));
+  for (auto& v : throw_at)
+    s.throw_at.insert(rank_iter(v));
+
+  int rank = 0, world = 1;
+  std::shared_ptr<ampactor::RankGroup> ranks;
+  ampactor::dist::World w;
+  try {
+    if (s.single == 0) {
+      w = ampactor::dist::init_from_env(
+          ampactor::dist::DistOptions().timeout(std::chrono::milliseconds(s.timeout_ms)));
+      rank = w.launch.rank, world = w.launch.world_size, ranks = w.ranks;
+    }
+    run(s, rank, s.single > 0 ? s.single : world, ranks);
+    return 0;
+  } catch (const std::exception& e) {
+    // One write, so that the ranks' lines in a shared log never interleave.
+    const std::string line =
+        "ampactor-dist-worker rank " + std::to_string(rank) + ": " + e.what() + "\n";
+    std::fputs(line.c_str(), stderr);
+    return 1;
+  }
+}
