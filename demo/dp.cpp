@@ -133,14 +133,15 @@ void compare_data_parallel(const Settings& s, const std::vector<Summary>& single
               << std::defaultfloat;
     if (!same) throw std::runtime_error(one.mode + ": the ranks skipped different steps");
     const std::string c = s.out + "/dp/" + one.mode + ".csv";
-    // The ranks' curve is drawn 0.1 higher, or it would lie under the single process's.
+    // Both at their true values: the single process as a thick light line, the ranks' mean as a
+    // thin dark dashed one over it, so that where they coincide both stay visible.
     gp << "set title '" << one.mode << "'\nplot '" << c
-       << "' using 1:2 every ::1 with lines lw 2 title '1 process', '" << c
-       << "' using 1:($3 + 0.1) every ::1 with lines lw 2 lc rgb '#2060c0' title '" << s.nproc
-       << " ranks (mean of their losses; drawn +0.1)', '" << c
-       << "' using 1:($4 > 0 ? $2 : 1/0) every ::1 with points pt 7 lc rgb 'red' "
+       << "' using 1:2 every ::1 with lines lw 5 lc rgb '#a0c0ff' title '1 process', '" << c
+       << "' using 1:3 every ::1 with lines lw 1.5 dt 2 lc rgb '#102060' title '" << s.nproc
+       << " ranks (mean of their losses)', '" << c
+       << "' using 1:($4 > 0 ? $2 : 1/0) every ::1 with points pt 7 ps 1.6 lc rgb 'red' "
        << "title 'skipped (1 process)', '" << c
-       << "' using 1:($5 > 0 ? $3 + 0.1 : 1/0) every ::1 with points pt 6 ps 1.5 lc rgb "
+       << "' using 1:($5 > 0 ? $3 : 1/0) every ::1 with points pt 6 ps 2.4 lc rgb "
        << "'black' title 'skipped (ranks)'\n";
   }
   gp << "unset multiplot\n";

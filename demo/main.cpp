@@ -17,9 +17,9 @@ using demo::kModes;
 using demo::Settings;
 using demo::Summary;
 
-int main(int argc, char** argv) {
-  Settings s;
-  CLI::App app{"ampactor-demo: fp16 training with and without loss scaling, side by side"};
+namespace {
+
+void add_options(CLI::App& app, Settings& s) {
   app.add_option("--steps", s.steps, "iterations per run")->check(CLI::Range(1, 1000000));
   app.add_option("--batch", s.batch, "characters predicted per iteration")
       ->check(CLI::Range(1, 1 << 20));
@@ -79,7 +79,10 @@ int main(int argc, char** argv) {
   app.add_option("--mode", s.modes, "runs, comma-separated")
       ->delimiter(',')
       ->check(CLI::IsMember(kModes));
-  CLI11_PARSE(app, argc, argv);
+}
+
+/// The settings that cannot be checked one by one; a message and 2 when they do not fit.
+int check_settings(const CLI::App& app, Settings& s) {
   if (s.spike_at < 0) s.spike_at = s.steps * 3 / 5;
   // The default burst shortens to fit a short run; one asked for must fit.
   if (app.count("--spike-at") + app.count("--spike-length") == 0)
@@ -109,6 +112,60 @@ int main(int argc, char** argv) {
            "LibTorch is CPU-only: build against a CUDA LibTorch, see doc/build/gpu-hosts.md)\n";
     return 2;
   }
+  return 0;
+}
+
+/// One rank of --nproc: the runs, no report (the launching process makes it).
+int run_rank(Settings& s) {
+  demo::Corpus corpus(s.text_dir);
+  demo::ModelShape shape;
+  shape.vocab = corpus.vocab();
+  for (const auto& mode : s.modes) {
+    if (s.rank == 0) std::cout << "run " << mode << " (rank 0 of " << s.world << ")\n";
+    demo::run(mode, corpus, shape, s);
+  }
+  return 0;
+}
+
+/// Every mode in this process, the report and the plot, then the data-parallel runs if asked.
+int run_all(Settings& s, int argc, char** argv) {
+  demo::Corpus corpus(s.text_dir);
+  demo::ModelShape shape;
+  shape.vocab = corpus.vocab();
+  std::cout << "corpus: " << corpus.files() << " files from " << s.text_dir << ", " << corpus.size()
+            << " characters, alphabet " << corpus.vocab() << "\n"
+            << "model: context " << shape.context << ", embedding " << shape.embed << ", hidden "
+            << shape.hidden << "; batch " << s.batch << ", " << s.steps << " steps, Adam lr "
+            << s.lr << " (asynchronous runs: " << s.optimizer << "), " << at::get_num_threads()
+            << " threads, device " << s.device
+            << (s.device == "cuda" ? " (real fp16)" : " (fp16 emulated)") << "\n";
+  std::vector<Summary> runs;
+  for (const auto& mode : s.modes) {
+    std::cout << "run " << mode << "\n";
+    runs.push_back(demo::run(mode, corpus, shape, s));
+    if (const std::string t = demo::trace_file(s, mode); !t.empty())
+      std::cout << "  trace: " << t << " (check it: ampactor-replay " << t << ")\n";
+  }
+  demo::report(s, runs);
+  demo::plot(s, runs);
+  if (s.nproc > 1) {
+    if (demo::launch_ranks(s, argc, argv) != 0) {
+      std::cerr << "ampactor-demo: the data-parallel ranks failed (above)\n";
+      return 1;
+    }
+    demo::compare_data_parallel(s, runs);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings s;
+  CLI::App app{"ampactor-demo: fp16 training with and without loss scaling, side by side"};
+  add_options(app, s);
+  CLI11_PARSE(app, argc, argv);
+  if (const int rc = check_settings(app, s)) return rc;
   try {
     const bool rank = s.nproc > 1 && demo::is_rank();
     if (rank) demo::become_rank(s);
@@ -117,45 +174,9 @@ int main(int argc, char** argv) {
     const int threads =
         s.threads > 0 ? s.threads : int(std::max(1u, std::thread::hardware_concurrency()));
     at::set_num_threads(rank ? std::max(1, threads / s.nproc) : threads);
-    if (rank) {  // one rank of --nproc: the runs, no report (the launching process makes it)
-      demo::Corpus corpus(s.text_dir);
-      demo::ModelShape shape;
-      shape.vocab = corpus.vocab();
-      for (const auto& mode : s.modes) {
-        if (s.rank == 0) std::cout << "run " << mode << " (rank 0 of " << s.world << ")\n";
-        demo::run(mode, corpus, shape, s);
-      }
-      return 0;
-    }
-    demo::Corpus corpus(s.text_dir);
-    demo::ModelShape shape;
-    shape.vocab = corpus.vocab();
-    std::cout << "corpus: " << corpus.files() << " files from " << s.text_dir << ", "
-              << corpus.size() << " characters, alphabet " << corpus.vocab() << "\n"
-              << "model: context " << shape.context << ", embedding " << shape.embed << ", hidden "
-              << shape.hidden << "; batch " << s.batch << ", " << s.steps << " steps, Adam lr "
-              << s.lr << " (asynchronous runs: " << s.optimizer << "), " << at::get_num_threads()
-              << " threads, device " << s.device
-              << (s.device == "cuda" ? " (real fp16)" : " (fp16 emulated)") << "\n";
-    std::vector<Summary> runs;
-    for (const auto& mode : s.modes) {
-      std::cout << "run " << mode << "\n";
-      runs.push_back(demo::run(mode, corpus, shape, s));
-      if (const std::string t = demo::trace_file(s, mode); !t.empty())
-        std::cout << "  trace: " << t << " (check it: ampactor-replay " << t << ")\n";
-    }
-    demo::report(s, runs);
-    demo::plot(s, runs);
-    if (s.nproc > 1) {
-      if (demo::launch_ranks(s, argc, argv) != 0) {
-        std::cerr << "ampactor-demo: the data-parallel ranks failed (above)\n";
-        return 1;
-      }
-      demo::compare_data_parallel(s, runs);
-    }
+    return rank ? run_rank(s) : run_all(s, argc, argv);
   } catch (const std::exception& e) {
     std::cerr << "ampactor-demo: " << e.what() << "\n";
     return 1;
   }
-  return 0;
 }

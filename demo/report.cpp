@@ -1,4 +1,5 @@
-// The demo's closing table and its plot: small multiples, so that no run hides under another.
+// The demo's closing table and its plot: the final figures first, then every run at its true
+// values with markers of its own, and a panel per scaled run.
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -36,47 +37,85 @@ std::vector<double> column(const std::string& path, int col, int from) {
   return out;
 }
 
-/// Where a run's column `col` lies within `tol` of an earlier run's (a pixel or so apart) at
-/// half of the points or more: how many such runs (it is drawn that many steps up, so that it is
-/// seen beside them while every other run stays at its true values) and the first of them.
-struct Shift {
-  int steps = 0;
-  std::string near;
-  bool equal = false;
-};
-std::vector<Shift> coinciding(const std::string& dir, const std::vector<Summary>& runs, int col,
-                              int from, double tol) {
+/// For each run, the earlier run whose column `col` (from data row `from`) equals it at every
+/// point ("= fp32") or lies within `tol` of it at half of the points or more ("near fp32"): the
+/// key says so, while every run is drawn at its true values.
+std::vector<std::string> coinciding(const std::string& dir, const std::vector<Summary>& runs,
+                                    int col, int from, double tol) {
   std::vector<std::vector<double>> cols;
-  std::vector<Shift> shift;
+  std::vector<std::string> note;
   for (const auto& r : runs) {
     cols.push_back(column(dir + r.mode + ".probe.csv", col, from));
-    Shift sh;
-    for (std::size_t j = 0; j + 1 < cols.size(); ++j) {
+    std::string n;
+    for (std::size_t j = 0; j + 1 < cols.size() && n.empty(); ++j) {
       const auto& a = cols[j];
       const auto& b = cols.back();
       std::size_t near = 0;
       for (std::size_t i = 0; a.size() == b.size() && i < a.size(); ++i)
         near += std::fabs(a[i] - b[i]) <= tol;
-      if (!a.empty() && 2 * near >= a.size() && sh.steps++ == 0)
-        sh.near = runs[j].mode, sh.equal = a == b;
+      if (!a.empty() && a == b)
+        n = " (= " + runs[j].mode + ")";
+      else if (!a.empty() && 2 * near >= a.size())
+        n = " (near " + runs[j].mode + ")";
     }
-    shift.push_back(sh);
+    note.push_back(n);
   }
-  return shift;
+  return note;
 }
 
-/// One panel's plot clause for run `i`: its column `col` times `scale` from data row `from`,
-/// shifted where it coincides with earlier runs (its key says so).
+/// One curve of run `i`: its column `col` times `scale` from data row `from`, at its true values.
+/// Each run has its own marker and dashes, and the markers shrink run by run, so that runs that
+/// coincide show as nested markers instead of hiding one another.
 std::string curve(const std::string& dir, const std::string& mode, std::size_t i, int col,
-                  double scale, int from, const Shift& shift, double step) {
+                  double scale, int from, const std::string& note) {
   std::ostringstream f;
-  f << "'" << dir << mode << ".probe.csv' using 1:($" << col + 1 << " * " << scale << " + "
-    << shift.steps * step << ") every ::" << from << " with linespoints pt " << i + 1 << " title '"
-    << mode;
-  if (shift.steps > 0)
-    f << " (" << (shift.equal ? "= " : "near ") << shift.near << ", +" << shift.steps * step << ")";
-  f << "'";
+  f << "'" << dir << mode << ".probe.csv' using 1:($" << col + 1 << " * " << scale
+    << ") every ::" << from << " with linespoints pt " << i + 4 << " ps " << 2.2 - 0.2 * double(i)
+    << " dt " << i % 5 + 1 << " title '" << mode << note << "'";
   return f.str();
+}
+
+/// A scale as the power of two it is ("2^27"), else as a number.
+std::string scale_text(double v) {
+  int e = 0;
+  if (std::frexp(v, &e) == 0.5) return "2^" + std::to_string(e - 1);
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+/// A panel of text: the summary table, in a fixed-width font.
+void table_panel(std::ostream& f, const std::vector<Summary>& runs, int steps) {
+  f << "set title 'Summary (the table the demo prints)'\nunset border\nunset tics\nunset key\n"
+       "unset grid\nunset xlabel\nunset ylabel\n";
+  std::ostringstream t;
+  t << std::left << std::setw(25) << "mode" << std::right << std::setw(10) << "eval loss"
+    << std::setw(7) << "it/s" << std::setw(9) << "skipped" << std::setw(13) << "final scale";
+  f << "set label 1 \"" << t.str()
+    << "\" at graph 0.02, graph 0.92 font 'Monospace,9' noenhanced\n";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Summary& r = runs[i];
+    std::ostringstream row;
+    row << std::left << std::setw(25) << r.mode << std::right << std::fixed << std::setprecision(4)
+        << std::setw(10) << r.eval_loss << std::setprecision(1) << std::setw(7) << steps / r.wall_s
+        << std::setw(9) << r.skipped << std::setw(13)
+        << scale_text(r.final_scale > 0 ? r.final_scale : 1);
+    f << "set label " << i + 2 << " \"" << row.str() << "\" at graph 0.02, graph "
+      << 0.82 - 0.09 * double(i) << " font 'Monospace,9' noenhanced\n";
+  }
+  f << "plot [0:1][0:1] 1/0 notitle\nunset label\nset border\nset tics\nset grid\n";
+}
+
+/// A bar per run of summary.csv's column `col`, its value written above it.
+void bars(std::ostream& f, const std::string& dir, const std::string& title, int col,
+          const char* fmt) {
+  f << "set title '" << title << "'\nunset xlabel\nset ylabel ''\nset style fill solid 0.6\n"
+    << "set boxwidth 0.6\nset xtics rotate by -30 font ',8'\nset yrange [0:*]\n"
+    << "set offsets 0, 0, graph 0.15, 0\nplot '" << dir << "summary.csv' using 0:" << col
+    << ":xtic(1) every ::1 with boxes notitle, '' using 0:" << col << ":(sprintf('" << fmt << "', $"
+    << col << ")) every ::1 with labels offset 0,0.8 notitle\n"
+    << "set xtics norotate font ''\nset autoscale y\nset style fill empty\n"
+    << "set offsets 0, 0, 0, 0\n";
 }
 
 }  // namespace
@@ -123,7 +162,7 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     if (scaled(r.mode)) scaled_runs.push_back(r.mode);
   const std::string gp = s.out + "/demo.gp";
   std::ofstream f(gp);
-  const int panels = 3 + int(scaled_runs.size());
+  const int panels = 5 + int(scaled_runs.size());
   const int rows = (panels + 1) / 2;
   const std::string dir = s.out + "/";
   f << "set terminal pngcairo size 1400," << 360 * rows << " font ',10'\n"
@@ -131,33 +170,36 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     << "set multiplot layout " << rows << ",2 title 'ampactor-demo: character-level LM, "
     << (s.device == "cuda" ? "real fp16 on the GPU" : "fp16 emulated on the CPU") << "'\n"
     << "set key top right font ',8'\nset grid\n";
+  // First what a reader wants: the final eval loss and the speed of every mode.
+  bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
+  bars(f, dir, "Iterations per second (whole run)", 10, "%.1f");
+  // Then the curves, every run at its true values; runs that coincide say so in the key.
+  // The loss panel starts at the second probe: the untrained model's loss would stretch the axis.
   if (s.spike_length > 0)
     f << "set object 1 rect from " << s.spike_at << ", graph 0 to " << s.spike_at + s.spike_length
       << ", graph 1 fc rgb '#ffe0c0' fs solid behind\n";
-  // Eval loss and underflow: every run in one panel at its true values, except that a run
-  // within a pixel or so of an earlier run's is drawn a step up (its key says so), so none hides.
-  // The loss panel starts at the second probe: the untrained model's loss would stretch the
-  // axis until a step is less than a pixel.
-  const double loss_step = 0.03, uf_step = 0.1;
-  const std::vector<Shift> loss_shift = coinciding(dir, runs, 1, 1, 0.01),
-                           uf_shift = coinciding(dir, runs, 2, 0, 0.0005);
-  f << "set title 'Eval loss (held-out text; a run near another drawn +" << loss_step
-    << " each)'\nset xlabel 'iteration'\nset ylabel 'loss'\nplot ";
+  const std::vector<std::string> loss_note = coinciding(dir, runs, 1, 1, 0.01),
+                                 uf_note = coinciding(dir, runs, 2, 0, 0.0005);
+  f << "set title 'Eval loss during training'\nset xlabel 'iteration'\nset ylabel 'loss'\nplot ";
   for (std::size_t i = 0; i < runs.size(); ++i)
-    f << (i ? ", " : "") << curve(dir, runs[i].mode, i, 1, 1, 2, loss_shift[i], loss_step);
-  f << "\nset title 'Weight-gradient elements lost to fp16 underflow (%; a run near another +"
-    << uf_step << " each)'\nset ylabel '% of non-zero'\nplot ";
+    f << (i ? ", " : "") << curve(dir, runs[i].mode, i, 1, 1, 2, loss_note[i]);
+  f << "\nset title 'Weight-gradient elements lost to fp16 underflow (%)'\n"
+    << "set ylabel '% of non-zero'\nset key at graph 0.99, graph 0.55 right top\nplot ";
   bool first = true;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     if (runs[i].mode == "fp32") continue;
-    f << (first ? "" : ", ") << curve(dir, runs[i].mode, i, 2, 100, 1, uf_shift[i], uf_step);
+    f << (first ? "" : ", ") << curve(dir, runs[i].mode, i, 2, 100, 1, uf_note[i]);
     first = false;
   }
-  f << "\n";
+  f << "\nunset object 1\nset key default\nset key top right font ',8'\n";
+  table_panel(f, runs, s.steps);
   // The scale: one panel per scaled run, skipped steps marked, the burst shaded.
   // Headroom above the highest scale keeps the skip marks there off the panel's border.
-  f << "set logscale y 2\nset format y '2^{%L}'\nset ylabel 'loss scale'\nset key bottom right\n"
-    << "set offsets 0, 0, graph 0.08, 0\n";
+  if (s.spike_length > 0)
+    f << "set object 1 rect from " << s.spike_at << ", graph 0 to " << s.spike_at + s.spike_length
+      << ", graph 1 fc rgb '#ffe0c0' fs solid behind\n";
+  f << "set logscale y 2\nset format y '2^{%L}'\nset xlabel 'iteration'\nset ylabel 'loss scale'\n"
+    << "set key default\nset key bottom right font ',8'\nset offsets 0, 0, graph 0.08, 0\n";
   for (const auto& m : scaled_runs) {
     const std::string csv = dir + m + ".csv";
     f << "set title 'Scale: " << m << " (skipped steps marked)'\n"
@@ -165,12 +207,7 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
       << "' using 1:($4 > 0 ? $3 : 1/0) every ::1 with points pt 7 ps 1.2 lc rgb 'red' "
          "title 'skipped'\n";
   }
-  f << "unset logscale y\nset format y '%g'\nunset object 1\nset offsets 0, 0, 0, 0\n"
-    << "set title 'Iterations per second (whole run)'\nset ylabel 'it/s'\nunset xlabel\n"
-    << "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30 font ',8'\n"
-    << "set yrange [0:*]\nplot '" << dir
-    << "summary.csv' using 0:10:xtic(1) every ::1 with boxes notitle\n"
-    << "unset multiplot\n";
+  f << "unset multiplot\n";
   f.close();
   const std::string cmd = "gnuplot '" + gp + "' 2>&1";
   if (std::system(cmd.c_str()) != 0)

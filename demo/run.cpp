@@ -104,65 +104,160 @@ std::string trace_file(const Settings& s, const std::string& mode) {
   return (p.parent_path() / (p.stem().string() + "." + mode + p.extension().string())).string();
 }
 
-Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& shape,
-            const Settings& s) {
-  const bool fp32 = mode == "fp32";
-  const bool lagged = mode == "fp16-async-lagged" || mode == "fp16-async-lagged-behind";
-  const bool behind = mode == "fp16-async-lagged-behind";
-  const bool async = mode == "fp16-async" || lagged || mode == "fp16-deepspeed";
-  const bool roundpipe = mode == "fp16-roundpipe";
-  const at::Device device(s.device);
-  CharMlp model(shape, fp32 ? at::kFloat : at::kHalf, s.seed, device);
-  std::mt19937_64 rng(s.seed);
-  std::set<int> inject;
-  if (scaled(mode)) inject.insert(s.overflow_at.begin(), s.overflow_at.end());
+namespace {
 
-  const auto so = (mode == "fp16-deepspeed" ? ampactor::GradScalerOptions::deepspeed()
-                                            : ampactor::GradScalerOptions())
-                      .init_scale(65536)
-                      .growth_interval(s.growth_interval)
-                      .enabled(scaled(mode))
-                      .allow_fp16_grads(true)
-                      .ranks(s.ranks);
-  const auto policy = lagged ? ampactor::ScalePolicy::lagged : ampactor::ScalePolicy::exact;
-  // RoundPipe's rule, emulated: iteration k+1 scales with N as it was after update k-1, and every
-  // overflow backs N off (demo/README.md); ampactor applies it through update(new_scale).
-  std::optional<ampactor::ScaleState> pending;
-  if (roundpipe) {
-    pending.emplace(so);
-    pending->lazy_init();
-  }
-  std::unique_ptr<ampactor::GradScaler> scaler;
-  std::unique_ptr<ampactor::AsyncOptimizer> pipe;
-  std::unique_ptr<torch::optim::Adam> opt;
-  if (fp32) {
-    opt = std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(s.lr));
-  } else {
-    const std::string trace = trace_file(s, mode);
-    scaler = std::make_unique<ampactor::GradScaler>(
-        so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
+/// What a mode name means, read once.
+struct Mode {
+  explicit Mode(const std::string& m)
+      : name(m),
+        fp32(m == "fp32"),
+        lagged(m == "fp16-async-lagged" || m == "fp16-async-lagged-behind"),
+        behind(m == "fp16-async-lagged-behind"),
+        async(m == "fp16-async" || lagged || m == "fp16-deepspeed"),
+        roundpipe(m == "fp16-roundpipe"),
+        deepspeed(m == "fp16-deepspeed") {}
+  std::string name;
+  bool fp32, lagged, behind, async, roundpipe, deepspeed;
+};
+
+/// A mode's model and optimizer side: fp32 with torch's Adam alone, or fp16 with the scaler and
+/// the pipeline, which owns its optimizer.
+struct Trainer {
+  Trainer(const Mode& m, const ModelShape& shape, const Settings& s)
+      : mode(m), model(shape, m.fp32 ? at::kFloat : at::kHalf, s.seed, at::Device(s.device)) {
+    if (m.fp32) {
+      own_opt =
+          std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(s.lr));
+      opt = own_opt.get();
+      return;
+    }
+    const auto so =
+        (m.deepspeed ? ampactor::GradScalerOptions::deepspeed() : ampactor::GradScalerOptions())
+            .init_scale(65536)
+            .growth_interval(s.growth_interval)
+            .enabled(scaled(m.name))
+            .allow_fp16_grads(true)
+            .ranks(s.ranks);
+    // RoundPipe's rule, emulated: iteration k+1 scales with N as it was after update k-1, and
+    // every overflow backs N off (demo/README.md); ampactor applies it through update(new_scale).
+    if (m.roundpipe) {
+      pending.emplace(so);
+      pending->lazy_init();
+    }
+    const std::string trace = trace_file(s, m.name);
+    auto keeper = ampactor::KeeperOptions().policy(m.lagged ? ampactor::ScalePolicy::lagged
+                                                            : ampactor::ScalePolicy::exact);
+    if (!trace.empty()) keeper.tap(ampactor::record_trace(trace));
+    scaler = std::make_unique<ampactor::GradScaler>(so, keeper);
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
     // numbers as without; doc/guide/async-pipeline.md).
     pipe = std::make_unique<ampactor::AsyncOptimizer>(model.parameters(), *scaler,
                                                       ampactor::AsyncOptimizerOptions()
-                                                          .staleness(async ? 1 : 0)
+                                                          .staleness(m.async ? 1 : 0)
                                                           .optimizer_threads(1)
-                                                          .swap_weights(async)
-                                                          .defer_grad_move(async));
-    if (async && s.optimizer == "fused")
-      opt = std::make_unique<ampactor::optim::FusedAdam>(
-          pipe->optim_parameters(), torch::optim::AdamOptions(s.lr),
-          ampactor::optim::FusedOptions().threads(1));
+                                                          .swap_weights(m.async)
+                                                          .defer_grad_move(m.async));
+    if (m.async && s.optimizer == "fused")
+      opt = &pipe->make_optimizer<ampactor::optim::FusedAdam>(
+          torch::optim::AdamOptions(s.lr), ampactor::optim::FusedOptions().threads(1));
     else
-      opt = std::make_unique<torch::optim::Adam>(pipe->optim_parameters(),
-                                                 torch::optim::AdamOptions(s.lr));
+      opt = &pipe->make_optimizer<torch::optim::Adam>(torch::optim::AdamOptions(s.lr));
   }
 
-  std::vector<Row> rows;
-  std::vector<Probe> probes;
+  /// Backward of `l` and the step; the scale it was made with.
+  double step(int k, const at::Tensor& l, const at::Tensor& x, const at::Tensor& y, bool probe_now,
+              Probe& probe, const Settings& s) {
+    if (mode.fp32) {
+      l.backward();
+      opt->step();
+      return 1;
+    }
+    {
+      std::optional<BoundaryProbe> bp;
+      if (probe_now) bp.emplace();
+      scaler->scale(l).backward();
+      if (bp) {
+        act_nonzero += bp->nonzero(), act_lost += bp->lost();
+        probe.act_underflow = bp->nonzero() > 0 ? bp->lost() / bp->nonzero() : 0;
+      }
+    }
+    const double scale = scaler->get_scale();
+    if (probe_now) {
+      std::vector<at::Tensor> g;
+      for (auto& p : model.parameters())
+        g.push_back(p.grad());
+      probe.underflow = underflow_fraction(g, fp32_grads(model.parameters(), x, y));
+      underflow_sum += probe.underflow;
+      ++underflow_probes;
+    }
+    // An optimizer behind the trainer (as a CPU optimizer over a large model): a job that only
+    // waits, queued ahead of the step's, so the step's unscale report comes after the next
+    // iteration's scale request. The exact policy would wait for it; lagged answers at once.
+    if (mode.behind)
+      scaler->submit(
+          [ms = s.behind_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
+          ampactor::SubmitOptions().unscales(ampactor::UnscalePermit::none()));
+    pipe->step(*opt, [this] { scaler->step(*opt); });
+    if (mode.roundpipe) {
+      if (k >= 1) pending->update(scaler->wait_result(k - 1).skipped());
+      scaler->update(double(pending->scale()));
+    } else {
+      scaler->update();
+    }
+    return scale;
+  }
+
+  Mode mode;
+  CharMlp model;
+  std::optional<ampactor::ScaleState> pending;
+  std::unique_ptr<torch::optim::Adam> own_opt;  // fp32's
+  std::unique_ptr<ampactor::GradScaler> scaler;
+  std::unique_ptr<ampactor::AsyncOptimizer> pipe;
+  torch::optim::Optimizer* opt = nullptr;
   double underflow_sum = 0, act_nonzero = 0, act_lost = 0;
   int underflow_probes = 0;
+};
+
+/// The run's figures from its rows, once every step has run.
+Summary summarize(Trainer& t, std::vector<Row>& rows, const Corpus& corpus, const ModelShape& shape,
+                  const Settings& s, Clock::time_point t0) {
+  Summary sum;
+  sum.mode = t.mode.name;
+  if (t.pipe) {
+    t.pipe->sync();
+    t.scaler->sync();
+    for (int k = 0; k < s.steps; ++k)
+      rows[std::size_t(k)].skipped = t.scaler->wait_result(k).skipped();
+    sum.final_scale = t.scaler->get_scale();
+  }
+  sum.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (const Row& r : rows)
+    sum.skipped += r.skipped;
+  for (std::size_t k = 1; k < rows.size(); ++k)
+    sum.backoffs += rows[k].scale < rows[k - 1].scale;
+  if (!rows.empty() && sum.final_scale > 0 && sum.final_scale < rows.back().scale) ++sum.backoffs;
+  const std::size_t tail = std::min<std::size_t>(20, rows.size());
+  for (std::size_t i = rows.size() - tail; i < rows.size(); ++i)
+    sum.train_loss += rows[i].loss / double(tail);
+  sum.eval_loss =
+      eval_loss(t.pipe ? t.pipe->optim_parameters() : t.model.parameters(), shape, corpus, s, 8);
+  sum.underflow = t.underflow_probes ? t.underflow_sum / t.underflow_probes : -1;
+  sum.act_underflow = t.act_nonzero > 0 ? t.act_lost / t.act_nonzero : -1;
+  return sum;
+}
+
+}  // namespace
+
+Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& shape,
+            const Settings& s) {
+  Trainer t(Mode(mode), shape, s);
+  const at::Device device(s.device);
+  std::mt19937_64 rng(s.seed);
+  std::set<int> inject;
+  if (scaled(mode)) inject.insert(s.overflow_at.begin(), s.overflow_at.end());
+  std::vector<Row> rows;
+  std::vector<Probe> probes;
   const auto t0 = Clock::now();
   const int report = std::max(1, s.steps / 10);
   for (int k = 0; k < s.steps; ++k) {
@@ -177,53 +272,16 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
       yc = yc.chunk(s.world)[s.rank];
     }
     const at::Tensor x = xc.to(device), y = yc.to(device);
-    model.zero_grad();
-    at::Tensor loss = model.loss(x, y);
+    t.model.zero_grad();
+    at::Tensor loss = t.model.loss(x, y);
     const double loss_v = loss.item<double>();
     at::Tensor l = loss * (double(factor) / s.workers);
     if (inject.count(k)) l = l * 1e5 * s.workers;  // a forced overflow
     const bool probe_now =
         s.probe_every > 0 && k % s.probe_every == 0 && !inject.count(k) && !spike;
     Probe probe{k, 0};
-    if (probe_now) probe.eval_loss = eval_loss(model.parameters(), shape, corpus, s, 2);
-    double scale = 1;
-    if (fp32) {
-      l.backward();
-      opt->step();
-    } else {
-      {
-        std::optional<BoundaryProbe> bp;
-        if (probe_now) bp.emplace();
-        scaler->scale(l).backward();
-        if (bp) {
-          act_nonzero += bp->nonzero(), act_lost += bp->lost();
-          probe.act_underflow = bp->nonzero() > 0 ? bp->lost() / bp->nonzero() : 0;
-        }
-      }
-      scale = scaler->get_scale();
-      if (probe_now) {
-        std::vector<at::Tensor> g;
-        for (auto& p : model.parameters())
-          g.push_back(p.grad());
-        probe.underflow = underflow_fraction(g, fp32_grads(model.parameters(), x, y));
-        underflow_sum += probe.underflow;
-        ++underflow_probes;
-      }
-      // An optimizer behind the trainer (as a CPU optimizer over a large model): a job that only
-      // waits, queued ahead of the step's, so the step's unscale report comes after the next
-      // iteration's scale request. The exact policy would wait for it; lagged answers at once.
-      if (behind)
-        scaler->submit(
-            [ms = s.behind_ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); },
-            ampactor::SubmitOptions().unscales(ampactor::UnscalePermit::none()));
-      pipe->step(*opt, [&] { scaler->step(*opt); });
-      if (roundpipe) {
-        if (k >= 1) pending->update(scaler->wait_result(k - 1).skipped());
-        scaler->update(double(pending->scale()));
-      } else {
-        scaler->update();
-      }
-    }
+    if (probe_now) probe.eval_loss = eval_loss(t.model.parameters(), shape, corpus, s, 2);
+    const double scale = t.step(k, l, x, y, probe_now, probe, s);
     if (probe_now) probes.push_back(probe);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - it0).count();
     rows.push_back({k, loss_v, scale, false, ms});
@@ -232,28 +290,7 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
                 << std::fixed << std::setprecision(3) << loss_v << "  scale " << std::defaultfloat
                 << scale << std::endl;
   }
-  Summary sum;
-  sum.mode = mode;
-  if (pipe) {
-    pipe->sync();
-    scaler->sync();
-    for (int k = 0; k < s.steps; ++k)
-      rows[std::size_t(k)].skipped = scaler->wait_result(k).skipped();
-    sum.final_scale = scaler->get_scale();
-  }
-  sum.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (const Row& r : rows)
-    sum.skipped += r.skipped;
-  for (std::size_t k = 1; k < rows.size(); ++k)
-    sum.backoffs += rows[k].scale < rows[k - 1].scale;
-  if (!rows.empty() && sum.final_scale > 0 && sum.final_scale < rows.back().scale) ++sum.backoffs;
-  const std::size_t tail = std::min<std::size_t>(20, rows.size());
-  for (std::size_t i = rows.size() - tail; i < rows.size(); ++i)
-    sum.train_loss += rows[i].loss / double(tail);
-  sum.eval_loss =
-      eval_loss(pipe ? pipe->optim_parameters() : model.parameters(), shape, corpus, s, 8);
-  sum.underflow = underflow_probes ? underflow_sum / underflow_probes : -1;
-  sum.act_underflow = act_nonzero > 0 ? act_lost / act_nonzero : -1;
+  const Summary sum = summarize(t, rows, corpus, shape, s, t0);
   write_csvs(s.out, mode, rows, probes);
   return sum;
 }

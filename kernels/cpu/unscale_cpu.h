@@ -1,0 +1,34 @@
+// The CPU body of unscale_and_check, check_finite and move_grads_and_unscale: the entry
+// (kernels/unscale.cpp) checks every tensor and describes each as rows of strided elements; this
+// cuts the rows into chunks and runs the instruction set's loops over them in parallel. No check
+// here: what reaches it is valid.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "layout.h"
+#include "loops.h"
+
+namespace ampactor::kernels::cpu {
+
+enum class Op { unscale, check, move };
+
+/// One operand of a job: a base pointer, its element type and its layout slot.
+struct Operand {
+  char* base;
+  ElemType type;
+};
+
+struct Job {
+  Layout layout;
+  Operand a;  // the gradient (or the model grad for a move)
+  Operand b;  // the master grad for a move
+};
+
+/// Runs every job (`move`: operand a into b); returns whether any element was inf or NaN. With
+/// `absmax`, a host Float tensor, raises it to the largest finite |element| read.
+bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax);
+
+}  // namespace ampactor::kernels::cpu
