@@ -26,10 +26,14 @@ build: configure
 # Every test but those labelled slow (the examples rebuilt with ampactor as a subproject), which
 # test-slow runs; CI runs both.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow --output-junit ctest-junit.xml
+	@sh cmake/ctest-summary.sh $(BUILD)/ctest-junit.xml
 
+# The benchmarks build here too (they are not part of `all`), so CI still compiles them.
 test-slow: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow
+	cmake --build $(BUILD) -j $(JOBS) --target ampactor-benches
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow --output-junit ctest-slow-junit.xml
+	@sh cmake/ctest-summary.sh $(BUILD)/ctest-slow-junit.xml
 
 # The ThreadSanitizer gate (cmake/tsan-gate.sh): CAF and the actor suites built with TSan.
 tsan: deps
@@ -42,6 +46,7 @@ asan: deps
 	./cmake/asan-gate.sh
 
 bench: build
+	cmake --build $(BUILD) -j $(JOBS) --target ampactor-benches
 	$(BUILD)/bench/ampactor-bench-kernels --json $(BUILD)/bench-kernels.json
 	$(BUILD)/bench/ampactor-bench-actors --json $(BUILD)/bench-actors.json
 	$(BUILD)/bench/ampactor-bench-overlap --json $(BUILD)/bench-overlap.json

@@ -34,6 +34,7 @@ step_build() {
     -DCMAKE_CUDA_ARCHITECTURES="75;90" -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX/usr" || return 1
   local t0=$SECONDS
   cmake --build "$BUILD" -j "$JOBS" || return 1
+  cmake --build "$BUILD" -j "$JOBS" --target ampactor-benches || return 1
   echo "build: $((SECONDS - t0)) s on $JOBS cores"
 }
 

@@ -1,1 +1,0 @@
-// The object the shared precompiled header (pch.h) is built with.
