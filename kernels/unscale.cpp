@@ -116,15 +116,27 @@ void check_absmax(const char* op, at::Tensor* absmax, const at::Tensor& found_in
   if (absmax->is_same(found_inf)) fail(op, "grad_absmax and found_inf must be two tensors");
 }
 
+/// What both entries check before any gradient: found_inf, grad_absmax, the device (before any
+/// data pointer is read on the host) and inv_scale. Returns the inverse scale: read here from a
+/// host tensor; a device tensor is the kernel's to read, and `inv` comes back as it was.
+float check_scales(const char* op, const c10::Device& device, const at::Tensor& found_inf,
+                   at::Tensor* absmax, const at::Tensor* inv_tensor, float inv) {
+  check_scalar_tensor(op, "found_inf", found_inf, device);
+  check_absmax(op, absmax, found_inf);
+  check_device_supported(op, device);
+  if (!inv_tensor) return inv;
+  if (device.is_cuda()) {
+    check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
+    return inv;
+  }
+  return read_inv_scale(op, *inv_tensor, device);
+}
+
 void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_tensor, float inv,
                   at::Tensor& found_inf, at::Tensor* absmax) {
   const c10::Device device = common_device(grads, found_inf);
-  check_scalar_tensor(op, "found_inf", found_inf, device);
-  check_absmax(op, absmax, found_inf);
-  check_device_supported(op, device);  // before any data pointer is read on the host
   const bool on_cuda = device.is_cuda();
-  if (inv_tensor && on_cuda) check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
-  if (inv_tensor && !on_cuda) inv = read_inv_scale(op, *inv_tensor, device);
+  inv = check_scales(op, device, found_inf, absmax, inv_tensor, inv);
   // Check-only when the multiply is the identity: one read, no write. A device inv_scale is read
   // by the kernel, not here, so the gradients must then be writable.
   const bool write = (on_cuda && inv_tensor) || inv != 1.0f;
@@ -148,12 +160,8 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
                const at::Tensor* inv_tensor, float inv, at::Tensor& found_inf, at::Tensor* absmax) {
   const char* op = "move_grads_and_unscale";
   const c10::Device device = common_device(model_grads, found_inf);
-  check_scalar_tensor(op, "found_inf", found_inf, device);
-  check_absmax(op, absmax, found_inf);
-  check_device_supported(op, device);  // before any data pointer is read on the host
   const bool on_cuda = device.is_cuda();
-  if (inv_tensor && on_cuda) check_scalar_tensor(op, "inv_scale", *inv_tensor, device);
-  if (inv_tensor && !on_cuda) inv = read_inv_scale(op, *inv_tensor, device);
+  inv = check_scales(op, device, found_inf, absmax, inv_tensor, inv);
   if (model_grads.size() != master_grads.size())
     fail(op, "got " + std::to_string(model_grads.size()) + " model grads but " +
                  std::to_string(master_grads.size()) + " master grads");
