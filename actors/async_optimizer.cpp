@@ -349,6 +349,7 @@ void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<vo
 }
 
 void AsyncOptimizer::sync() {
+  scaler();  // a pipeline whose scaler is gone refuses before anything changes
   behind_ = false;
   if (offload_) {
     scaler().run_on_optimizer([] {});

@@ -281,6 +281,7 @@ void GradScaler::detach(AsyncOptimizer* pipeline) noexcept {
 }
 
 void GradScaler::scaler_gone(AsyncOptimizer& pipeline) noexcept {
+  pipeline.waiter_.reset();  // a scoped actor of the scaler's system, which outlives it no longer
   pipeline.scaler_ = nullptr;
 }
 

@@ -110,6 +110,10 @@ GradScaler::Impl::~Impl() {
   for (const auto& d : log.unreported())
     std::cerr << "ampactor: GradScaler destroyed with an unreported step-job error (iteration "
               << d.k << "): " << d.error_text << "\n";
+  // The jobs have run: the pipelines let go of the scaler and of what lives in its actor system,
+  // which goes below.
+  for (AsyncOptimizer* p : pipelines)
+    GradScaler::scaler_gone(*p);
   auto& a = setup.actors;
   caf::anon_send_exit(a.optimizer, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(a.keeper, caf::exit_reason::user_shutdown);
@@ -118,8 +122,6 @@ GradScaler::Impl::~Impl() {
   self.reset();
   a = ScalerActors{};  // a detached actor's thread ends once no handle refers to it
   own.reset();         // joins the optimizer thread and the workers
-  for (AsyncOptimizer* p : pipelines)
-    GradScaler::scaler_gone(*p);
 }
 
 JobContext* GradScaler::Impl::job() const {

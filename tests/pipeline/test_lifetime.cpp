@@ -101,31 +101,37 @@ TEST_CASE("lifetime: an optimizer of the caller's, declared before the pipeline"
   CHECK(w.touched_after_gone == 0);
 }
 
-TEST_CASE("lifetime: scaler and pipeline destroyed in either order by hand") {
-  for (const bool scaler_first : {false, true}) {
-    CAPTURE(scaler_first);
-    Watch w;
-    Mlp model;
-    auto scaler = std::make_unique<GradScaler>(opts(256, 2, 0.5, 1000));
-    auto pipe = std::make_unique<AsyncOptimizer>(model.p, *scaler, kStale);
-    Probe& opt = pipe->make_optimizer<Probe>(kSgd, &w.opt_gone);
-    train(model, *scaler, *pipe, opt, w, 3);
-    if (scaler_first) {
-      scaler.reset();
-      CHECK(w.steps_run == 3);
-      // A pipeline without its scaler refuses to go on, clearly, and changes nothing.
-      const Refusal r = refusal_of([&] { pipe->sync(); });
-      CHECK(r.code == errc::protocol_misuse);
-      CHECK(r.mentions("GradScaler was destroyed"));
-      pipe.reset();
-    } else {
-      pipe.reset();
-      CHECK(w.steps_run == 3);
-      scaler.reset();
+TEST_CASE(
+    "lifetime: scaler and pipeline destroyed in either order by hand, with and without swapped "
+    "weights") {
+  for (const bool scaler_first : {false, true})
+    for (const bool swap : {false, true}) {
+      CAPTURE(scaler_first);
+      CAPTURE(swap);
+      Watch w;
+      Mlp model;
+      auto scaler = std::make_unique<GradScaler>(opts(256, 2, 0.5, 1000));
+      // swap_weights: the pipeline holds a scoped actor in the scaler's actor system.
+      auto pipe = std::make_unique<AsyncOptimizer>(
+          model.p, *scaler, AsyncOptimizerOptions().staleness(1).swap_weights(swap));
+      Probe& opt = pipe->make_optimizer<Probe>(kSgd, &w.opt_gone);
+      train(model, *scaler, *pipe, opt, w, 3);
+      if (scaler_first) {
+        scaler.reset();
+        CHECK(w.steps_run == 3);
+        // A pipeline without its scaler refuses to go on, clearly, and changes nothing.
+        const Refusal r = refusal_of([&] { pipe->sync(); });
+        CHECK(r.code == errc::protocol_misuse);
+        CHECK(r.mentions("GradScaler was destroyed"));
+        pipe.reset();
+      } else {
+        pipe.reset();
+        CHECK(w.steps_run == 3);
+        scaler.reset();
+      }
+      CHECK(w.opt_gone.load());
+      CHECK(w.touched_after_gone == 0);
     }
-    CHECK(w.opt_gone.load());
-    CHECK(w.touched_after_gone == 0);
-  }
 }
 
 TEST_CASE("make_optimizer: each optimizer it makes is a new one, over the masters") {
