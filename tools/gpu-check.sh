@@ -5,14 +5,19 @@
 #   mkdir -p .debs && (cd .debs && apt-get download libcaf-dev libcaf-core0.17 libcaf-io0.17 \
 #     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev)
 #
-# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload)
+# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload gpt)
 # Logs go to $LOGDIR (default $OUT, else /tmp/ampactor-gpu), one file per step.
+# AMPACTOR_REQUIRE_GPU turns a GPU case that finds no GPU into a failure instead of a skip.
 set -uo pipefail
+export AMPACTOR_REQUIRE_GPU=1
 DEBS=${DEBS:-.debs}
 PREFIX=${PREFIX:-/tmp/ampactor-prefix}
 BUILD=${BUILD:-build-gpu}
 LOGDIR=${LOGDIR:-${OUT:-/tmp/ampactor-gpu}}
 JOBS=${JOBS:-$(nproc)}
+BENCHES=${BENCHES:-ampactor-benches}    # the bench targets to build (default: all of them)
+CTEST_ARGS=${CTEST_ARGS:-}              # e.g. "-LE slow": leave the examples' rebuild out
+SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-600}  # seconds per suite and tool
 mkdir -p "$LOGDIR"
 status=0
 
@@ -34,20 +39,43 @@ step_build() {
     -DCMAKE_CUDA_ARCHITECTURES="75;90" -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX/usr" || return 1
   local t0=$SECONDS
   cmake --build "$BUILD" -j "$JOBS" || return 1
-  cmake --build "$BUILD" -j "$JOBS" --target ampactor-benches || return 1
+  # shellcheck disable=SC2086
+  cmake --build "$BUILD" -j "$JOBS" --target $BENCHES || return 1
   echo "build: $((SECONDS - t0)) s on $JOBS cores"
 }
 
 step_ctest() {
-  (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 300)
+  local rc=0
+  # shellcheck disable=SC2086
+  (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 300 $CTEST_ARGS \
+    --output-junit gpu-junit.xml) ||
+    rc=1
+  sh cmake/ctest-summary.sh "$BUILD/gpu-junit.xml"
+  echo "skipped (none of them may need a GPU):"
+  grep -o '<testcase name="[^"]*"[^>]*status="notrun"' "$BUILD/gpu-junit.xml" |
+    sed 's/<testcase name="\([^"]*\)".*/  \1/'
+  return $rc
+}
+
+# Every CUDA suite: the kernels (raw launchers and CUDA tensors) and the pipeline's GPU offload.
+# racecheck (shared-memory hazards inside kernels) runs on the kernel suite only: the offload
+# cases launch no ampactor kernel (their grad move runs on the CPU), only torch's, under which
+# racecheck needs minutes a case.
+sanitize() {  # TOOL SUITE [ARGS...]
+  local tool=$1 suite=$2
+  shift 2
+  echo "== compute-sanitizer --tool $tool $suite $*"
+  timeout "$SANITIZE_TIMEOUT" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    "$BUILD/tests/$suite" "$@"
 }
 
 step_sanitize() {
-  local rc=0
-  for tool in memcheck racecheck synccheck; do
-    echo "== compute-sanitizer --tool $tool"
-    compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/ampactor-tests-cuda" || rc=1
-  done
+  local rc=0 offload='--test-case=offload*'
+  sanitize memcheck ampactor-tests-cuda || rc=1
+  sanitize memcheck ampactor-tests-pipeline "$offload" || rc=1
+  sanitize racecheck ampactor-tests-cuda || rc=1
+  sanitize synccheck ampactor-tests-cuda || rc=1
+  sanitize synccheck ampactor-tests-pipeline "$offload" || rc=1
   return $rc
 }
 
@@ -63,6 +91,17 @@ step_demo() {
 step_offload() {
   "$BUILD/tests/ampactor-tests-pipeline" --test-case="offload*" &&
     "$BUILD/bench/ampactor-bench-offload" --json "$LOGDIR/bench-offload.json"
+}
+
+# The small GPT three ways against PyTorch (bench/gpt_torch.py), on the project's own text.
+step_gpt() {
+  local dir=$LOGDIR/gpt text=/tmp/ampactor-gpt-text.txt
+  mkdir -p "$dir"
+  # shellcheck disable=SC2046
+  cat README.md CHANGELOG.md $(find doc demo bench -name '*.md' | LC_ALL=C sort) >"$text"
+  python3 bench/gpt_torch.py --text "$text" --out "$dir" &&
+    "$BUILD/bench/ampactor-bench-gpt" --text "$text" --out "$dir" &&
+    python3 bench/gpt_torch.py --compare "$dir"
 }
 
 for s in "$@"; do

@@ -167,7 +167,7 @@ TEST_CASE("CUDA tensors: mixed devices are refused as invalid_gradients before a
 #elif defined(AMPACTOR_CUDA_BUILT)
 
 TEST_CASE("CUDA tensors: the tensor entry points need a LibTorch with CUDA") {
-  AMPACTOR_SKIP(
+  AMPACTOR_SKIP_NO_GPU(
       "this LibTorch has no CUDA, so no CUDA tensor can reach the entry points "
       "(the raw launcher tests above cover the kernels)");
 }

@@ -30,10 +30,10 @@ using ampactor::test::opts;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                           \
-  do {                                                               \
-    if (!torch::cuda::is_available())                                \
-      AMPACTOR_SKIP("no CUDA device, or this LibTorch has no CUDA"); \
+#define SKIP_WITHOUT_GPU()                                                  \
+  do {                                                                      \
+    if (!torch::cuda::is_available())                                       \
+      AMPACTOR_SKIP_NO_GPU("no CUDA device, or this LibTorch has no CUDA"); \
   } while (0)
 
 const at::Device gpu("cuda");

@@ -44,9 +44,9 @@ inline const char* gpu_skip_reason() {
 #endif
 }
 
-#define SKIP_WITHOUT_GPU()                                       \
-  do {                                                           \
-    if (const char* why = gpu_skip_reason()) AMPACTOR_SKIP(why); \
+#define SKIP_WITHOUT_GPU()                                              \
+  do {                                                                  \
+    if (const char* why = gpu_skip_reason()) AMPACTOR_SKIP_NO_GPU(why); \
   } while (0)
 
 /// The whole storage under a CPU view, as a flat tensor of its dtype.

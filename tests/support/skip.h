@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace ampactor::test {
@@ -25,4 +26,14 @@ inline bool& case_skipped() {
     MESSAGE("skipped: " << std::string(why)); \
     ::ampactor::test::case_skipped() = true;  \
     return;                                   \
+  } while (0)
+
+/// A case that needs a GPU and finds none: skipped, except where AMPACTOR_REQUIRE_GPU is set
+/// (tools/gpu-check.sh sets it), so that on a GPU host a GPU case that cannot run fails instead
+/// of passing as skipped.
+#define AMPACTOR_SKIP_NO_GPU(why)                                                         \
+  do {                                                                                    \
+    if (std::getenv("AMPACTOR_REQUIRE_GPU"))                                              \
+      FAIL("AMPACTOR_REQUIRE_GPU is set but this case cannot run: " << std::string(why)); \
+    AMPACTOR_SKIP(why);                                                                   \
   } while (0)
