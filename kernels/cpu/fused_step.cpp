@@ -91,7 +91,8 @@ Fit cache_fit(const std::vector<StepSpan>& spans) {
   std::int64_t bytes = 0;
   for (const StepSpan& s : spans)
     bytes += s.n * (4 + (s.m ? 4 : 0) + (s.v ? 4 : 0) + (s.vmax ? 4 : 0) + elem_bytes(s.grad_type) +
-                    (s.weight ? elem_bytes(s.weight_type) : 0));
+                    (s.weight ? elem_bytes(s.weight_type) : 0) + (s.param_out ? 4 : 0) +
+                    (s.m_out ? 4 : 0) + (s.v_out ? 4 : 0) + (s.vmax_out ? 4 : 0));
   return bytes <= llc_bytes() ? Fit::fits : Fit::beyond;
 }
 

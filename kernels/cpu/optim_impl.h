@@ -95,10 +95,14 @@ template <typename T, StepElem G, Out W>
 std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end,
                       bool nt) {
   using V = typename T::V;
-  float* __restrict p = s.param;
-  float* __restrict m = s.m;
-  float* __restrict v = s.v;
-  float* __restrict vmax = s.vmax;
+  const float* p = s.param;
+  const float* m = s.m;
+  const float* v = s.v;
+  const float* vmax = s.vmax;
+  float* po = s.param_out ? s.param_out : s.param;
+  float* mo = s.m_out ? s.m_out : s.m;
+  float* vo = s.v_out ? s.v_out : s.v;
+  float* vmaxo = s.vmax_out ? s.vmax_out : s.vmax;
   const bool recip = c.reciprocal && recip_ok(c.sqrt_bc2);
   const V inv = T::set1(c.inv), wd = T::set1(c.wd), decay = T::set1(c.decay), b1 = T::set1(c.b1),
           omb1 = T::set1(c.omb1), b2 = T::set1(c.b2), omb2 = T::set1(c.omb2),
@@ -111,16 +115,16 @@ std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, st
     if (c.decoupled) x = T::mul(x, decay);
     const V mi = T::fmadd(g, omb1, T::mul(T::load(m + j), b1));
     V vi = T::fmadd(T::mul(omb2, g), g, T::mul(T::load(v + j), b2));
-    T::store(m + j, mi);
-    T::store(v + j, vi);
+    T::store(mo + j, mi);
+    T::store(vo + j, vi);
     if (vmax) {
       vi = T::max_nan(vi, T::load(vmax + j));
-      T::store(vmax + j, vi);
+      T::store(vmaxo + j, vi);
     }
     const V a = T::sqrt(vi);
     const V d = T::add(recip ? div_by<T>(a, sbc2, rbc2, inf) : T::div(a, sbc2), eps);
     x = T::add(x, T::div(T::mul(neg, mi), d));
-    T::store(p + j, x);
+    T::store(po + j, x);
     return x;
   };
   return vec_loop<T, W>(s.weight, i, end, nt, body);
@@ -131,8 +135,10 @@ template <typename T, StepElem G, Out W>
 std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end,
                      bool nt) {
   using V = typename T::V;
-  float* __restrict p = s.param;
-  float* __restrict m = s.m;
+  const float* p = s.param;
+  const float* m = s.m;
+  float* po = s.param_out ? s.param_out : s.param;
+  float* mo = s.m_out ? s.m_out : s.m;
   const V inv = T::set1(c.inv), wd = T::set1(c.wd), mom = T::set1(c.momentum),
           omd = T::set1(c.omdamp), neg = T::set1(c.neg_lr);
   auto body = [&](std::int64_t j) {
@@ -141,11 +147,11 @@ std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std:
     if (c.l2) d = T::fmadd(x, wd, d);
     if (m) {
       const V b = c.first ? d : T::fmadd(d, omd, T::mul(T::load(m + j), mom));
-      T::store(m + j, b);
+      T::store(mo + j, b);
       d = c.nesterov ? T::fmadd(b, mom, d) : b;
     }
     x = T::fmadd(d, neg, x);
-    T::store(p + j, x);
+    T::store(po + j, x);
     return x;
   };
   return vec_loop<T, W>(s.weight, i, end, nt, body);
@@ -175,10 +181,14 @@ std::int64_t nt_start(const void* w, bool asked, std::int64_t i, std::int64_t en
 
 template <StepElem G, Out W>
 void adam_scalar(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int64_t end) {
-  float* __restrict p = s.param;
-  float* __restrict m = s.m;
-  float* __restrict v = s.v;
-  float* __restrict vmax = s.vmax;
+  const float* p = s.param;
+  const float* m = s.m;
+  const float* v = s.v;
+  const float* vmax = s.vmax;
+  float* po = s.param_out ? s.param_out : s.param;
+  float* mo = s.m_out ? s.m_out : s.m;
+  float* vo = s.v_out ? s.v_out : s.v;
+  float* vmaxo = s.vmax_out ? s.vmax_out : s.vmax;
   for (; i < end; ++i) {
     float g = load1<G>(s.grad, i) * c.inv;
     float x = p[i];
@@ -186,12 +196,12 @@ void adam_scalar(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::in
     if (c.decoupled) x = x * c.decay;
     const float mi = madd(g, c.omb1, m[i] * c.b1);
     float vi = madd(c.omb2 * g, g, v[i] * c.b2);
-    m[i] = mi;
-    v[i] = vi;
-    if (vmax) vmax[i] = vi = (vi != vi || vi > vmax[i]) ? vi : vmax[i];  // NaN wins, as ATen's
+    mo[i] = mi;
+    vo[i] = vi;
+    if (vmax) vmaxo[i] = vi = (vi != vi || vi > vmax[i]) ? vi : vmax[i];  // NaN wins, as ATen's
     const float d = std::sqrt(vi) / c.sqrt_bc2 + c.eps;
     x = x + (c.neg_step * mi) / d;
-    p[i] = x;
+    po[i] = x;
     store1<W>(s.weight, i, x);
   }
 }
@@ -225,19 +235,21 @@ void adam_loop(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::int6
 
 template <StepElem G, Out W>
 void sgd_scalar(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
-  float* __restrict p = s.param;
-  float* __restrict m = s.m;
+  const float* p = s.param;
+  const float* m = s.m;
+  float* po = s.param_out ? s.param_out : s.param;
+  float* mo = s.m_out ? s.m_out : s.m;
   for (; i < end; ++i) {
     float d = load1<G>(s.grad, i) * c.inv;
     float x = p[i];
     if (c.l2) d = madd(x, c.wd, d);
     if (m) {
       const float b = c.first ? d : madd(d, c.omdamp, m[i] * c.momentum);
-      m[i] = b;
+      mo[i] = b;
       d = c.nesterov ? madd(b, c.momentum, d) : b;
     }
     x = madd(d, c.neg_lr, x);
-    p[i] = x;
+    po[i] = x;
     store1<W>(s.weight, i, x);
   }
 }

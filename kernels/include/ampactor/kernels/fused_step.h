@@ -25,6 +25,13 @@ struct StepSpan {
   StepElem weight_type = StepElem::f32;
   std::int64_t n = 0;
   int consts = 0;  // index into the step's constants (one set per parameter group and step count)
+  // Out of place: where the new master and state go (each null: in place, over its input). The
+  // inputs are then only read, so a step written here can be kept or dropped (a speculative
+  // step). An output may not overlap any other array of the span but its own input.
+  float* param_out = nullptr;
+  float* m_out = nullptr;
+  float* v_out = nullptr;
+  float* vmax_out = nullptr;
 };
 
 /// Adam and AdamW. g = grad * inv; Adam: g = fma(p, wd, g); AdamW: p = p * decay; then
