@@ -53,9 +53,39 @@ void adam_exact(const detail::Slot& s, typename K::S& st, const typename K::O& o
   if (s.weight.defined()) s.weight.copy_(p);
 }
 
+// The constants of one parameter's step.
+template <typename K>
+kernels::AdamConsts adam_consts(const typename K::O& o, float inv, std::int64_t step) {
+  const auto [b1, b2] = o.betas();
+  const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+  kernels::AdamConsts c;
+  c.inv = inv;
+  c.l2 = !K::decoupled && o.weight_decay() != 0;
+  c.decoupled = K::decoupled && o.weight_decay() != 0;
+  c.wd = float(o.weight_decay());
+  c.decay = float(1 - o.lr() * o.weight_decay());
+  c.b1 = float(b1), c.omb1 = float(1 - b1), c.b2 = float(b2), c.omb2 = float(1 - b2);
+  c.sqrt_bc2 = float(std::sqrt(bc2));
+  c.eps = float(o.eps());
+  c.neg_step = float(-(o.lr() / bc1));
+  return c;
+}
+
+// What a speculative step read and ran with, to tell whether the real one would be the same.
+std::vector<double> adam_inputs(const detail::Slot& s, const kernels::AdamConsts& c,
+                                const at::Tensor& m, const at::Tensor& v, const at::Tensor& vmax) {
+  std::vector<double> in = detail::fingerprint(s, {m, v, vmax});
+  for (float x : {c.inv, c.wd, c.decay, c.b1, c.omb1, c.b2, c.omb2, c.sqrt_bc2, c.eps, c.neg_step})
+    in.push_back(double(x));
+  in.push_back(c.l2), in.push_back(c.decoupled);
+  return in;
+}
+
+// One step (speculative: into the second buffer, see FusedStep::speculate).
 template <typename K, typename Map>
 bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& state,
-               const ScaledStep& step, const FusedOptions& fused, const char* who) {
+               const ScaledStep& step, const FusedOptions& fused, const char* who,
+               detail::Speculation& spec, bool speculative) {
   const std::vector<detail::Slot> slots = detail::collect(groups, step, who);
   if (detail::skipped(step)) return false;
   at::NoGradGuard no_grad;
@@ -63,41 +93,72 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
   std::vector<kernels::AdamConsts> consts;
   for (const detail::Slot& s : slots) {
     if (!s.grad.defined()) {
-      if (s.weight.defined()) s.weight.copy_(s.p);
+      if (s.weight.defined() && !speculative) s.weight.copy_(s.p);
       continue;
     }
     const auto& o = static_cast<const typename K::O&>(groups[s.group].options());
     auto it = state.find(detail::key_of(s.p));
-    if (it == state.end()) {
+    auto* have = it == state.end() ? nullptr : static_cast<typename K::S*>(it->second.get());
+    const std::int64_t next = (have ? have->step() : 0) + 1;
+    const bool is_fast = detail::fast(
+        s, {have ? have->exp_avg() : at::Tensor(), have ? have->exp_avg_sq() : at::Tensor(),
+            have ? have->max_exp_avg_sq() : at::Tensor()});
+    if (speculative && !is_fast) continue;  // the exact path steps at step_scaled
+    const kernels::AdamConsts c = adam_consts<K>(o, step.inv_scale(), next);
+    if (!speculative && have) {
+      const auto in =
+          adam_inputs(s, c, have->exp_avg(), have->exp_avg_sq(), have->max_exp_avg_sq());
+      if (detail::Shadow* sh = detail::matching(spec, s, in, next)) {  // take it: swap
+        detail::swap_master(s, *sh);
+        detail::swap_state(
+            sh->m, [&] { return have->exp_avg(); }, [&](auto t) { have->exp_avg(t); });
+        detail::swap_state(
+            sh->v, [&] { return have->exp_avg_sq(); }, [&](auto t) { have->exp_avg_sq(t); });
+        if (o.amsgrad())
+          detail::swap_state(
+              sh->vmax, [&] { return have->max_exp_avg_sq(); },
+              [&](auto t) { have->max_exp_avg_sq(t); });
+        have->step(next);
+        sh->pending = sh->created_state = false;
+        continue;
+      }
+    }
+    if (!speculative) detail::supersede(spec, s);
+    bool created = false;
+    if (!have) {
       auto st = std::make_unique<typename K::S>();
       st->step(0);
       st->exp_avg(at::zeros_like(s.p, at::MemoryFormat::Preserve));
       st->exp_avg_sq(at::zeros_like(s.p, at::MemoryFormat::Preserve));
       if (o.amsgrad()) st->max_exp_avg_sq(at::zeros_like(s.p, at::MemoryFormat::Preserve));
-      it = state.emplace(detail::key_of(s.p), std::move(st)).first;
+      have = st.get();
+      state.emplace(detail::key_of(s.p), std::move(st));
+      created = true;
     }
-    auto& st = static_cast<typename K::S&>(*it->second);
-    st.step(st.step() + 1);
-    const auto [b1, b2] = o.betas();
-    const double bc1 = 1 - std::pow(b1, st.step()), bc2 = 1 - std::pow(b2, st.step());
-    if (!detail::fast(s, {st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq()})) {
-      adam_exact<K>(s, st, o, step.inv_scale(), bc1, bc2);
+    auto& st = *have;
+    if (!is_fast) {  // not speculative (see above)
+      st.step(next);
+      const auto [b1, b2] = o.betas();
+      adam_exact<K>(s, st, o, step.inv_scale(), 1 - std::pow(b1, next), 1 - std::pow(b2, next));
       continue;
     }
-    kernels::AdamConsts c;
-    c.inv = step.inv_scale();
-    c.l2 = !K::decoupled && o.weight_decay() != 0;
-    c.decoupled = K::decoupled && o.weight_decay() != 0;
-    c.wd = float(o.weight_decay());
-    c.decay = float(1 - o.lr() * o.weight_decay());
-    c.b1 = float(b1), c.omb1 = float(1 - b1), c.b2 = float(b2), c.omb2 = float(1 - b2);
-    c.sqrt_bc2 = float(std::sqrt(bc2));
-    c.eps = float(o.eps());
-    c.neg_step = float(-(o.lr() / bc1));
     kernels::StepSpan span = detail::span_of(s, int(consts.size()));
     span.m = st.exp_avg().template data_ptr<float>();
     span.v = st.exp_avg_sq().template data_ptr<float>();
     if (o.amsgrad()) span.vmax = st.max_exp_avg_sq().template data_ptr<float>();
+    if (speculative) {
+      detail::Shadow& sh = spec.shadows[s.p.unsafeGetTensorImpl()];
+      span.param_out = detail::buffer(sh.p, s.p);
+      span.m_out = detail::buffer(sh.m, st.exp_avg());
+      span.v_out = detail::buffer(sh.v, st.exp_avg_sq());
+      if (o.amsgrad()) span.vmax_out = detail::buffer(sh.vmax, st.max_exp_avg_sq());
+      sh.inputs = adam_inputs(s, c, st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq());
+      sh.step = next;
+      sh.created_state = (sh.pending && sh.created_state) || created;
+      sh.pending = true;
+    } else {
+      st.step(next);
+    }
     consts.push_back(c);
     spans.push_back(span);
   }
@@ -126,7 +187,16 @@ at::Tensor FusedAdam::step(LossClosure closure) {
   return loss;
 }
 bool FusedAdam::step_scaled(const ScaledStep& step) {
-  return adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam");
+  const bool stepped =
+      adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_, false);
+  drop_speculation();  // what was not taken
+  return stepped;
+}
+void FusedAdam::speculate(const ScaledStep& step) {
+  adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_, true);
+}
+void FusedAdam::erase_state(const void* impl) {
+  state_.erase(detail::key_of(impl));
 }
 
 FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
@@ -142,7 +212,16 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   return loss;
 }
 bool FusedAdamW::step_scaled(const ScaledStep& step) {
-  return adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW");
+  const bool stepped =
+      adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_, false);
+  drop_speculation();
+  return stepped;
+}
+void FusedAdamW::speculate(const ScaledStep& step) {
+  adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_, true);
+}
+void FusedAdamW::erase_state(const void* impl) {
+  state_.erase(detail::key_of(impl));
 }
 
 FusedStep* fused_step_of(torch::optim::Optimizer& opt) {

@@ -3,8 +3,10 @@
 #include <ampactor/core/errors.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
 
 #include <cmath>
+#include <cstdint>
 #include <sstream>
 
 namespace ampactor {
@@ -131,6 +133,10 @@ StateKey key_of(const at::Tensor& p) {
   return key_for<StateKey>(p.unsafeGetTensorImpl());
 }
 
+StateKey key_of(const void* impl) {
+  return key_for<StateKey>(const_cast<void*>(impl));
+}
+
 int threads_of(const FusedOptions& o) {
   return o.threads() > 0 ? o.threads() : at::get_num_threads();
 }
@@ -171,5 +177,74 @@ at::Tensor unscaled(const Slot& s, float inv) {
   return s.grad.to(s.p.scalar_type()).mul(double(inv));
 }
 
+std::vector<double> fingerprint(const Slot& s, std::initializer_list<at::Tensor> state) {
+  std::vector<double> out;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) return out.push_back(-1);
+    out.push_back(double(reinterpret_cast<std::uintptr_t>(t.data_ptr())));
+    out.push_back(double(t._version()));
+  };
+  add(s.grad), add(s.p), add(s.weight);
+  for (const at::Tensor& t : state)
+    add(t);
+  return out;
+}
+
+float* buffer(at::Tensor& t, const at::Tensor& like) {
+  if (!t.defined()) t = at::empty(like.sizes(), like.options().requires_grad(false));
+  return t.data_ptr<float>();
+}
+
+Shadow* matching(Speculation& spec, const Slot& s, const std::vector<double>& inputs,
+                 std::int64_t step) {
+  auto it = spec.shadows.find(s.p.unsafeGetTensorImpl());
+  if (it == spec.shadows.end()) return nullptr;
+  Shadow& sh = it->second;
+  return sh.pending && sh.step == step && sh.inputs == inputs ? &sh : nullptr;
+}
+
+void supersede(Speculation& spec, const Slot& s) {
+  auto it = spec.shadows.find(s.p.unsafeGetTensorImpl());
+  if (it != spec.shadows.end()) it->second.pending = it->second.created_state = false;
+}
+
+void swap_master(const Slot& s, Shadow& sh) {
+  at::Tensor live = s.p.variable_data();
+  at::Tensor master = s.p;  // shares the TensorImpl that optimizers and pipelines hold
+  master.set_data(sh.p);
+  sh.p = std::move(live);
+}
+
 }  // namespace optim::detail
 }  // namespace ampactor
+
+namespace ampactor::optim {
+
+FusedStep::FusedStep(FusedOptions fused)
+    : fused_(fused), spec_(std::make_unique<detail::Speculation>()) {}
+FusedStep::~FusedStep() = default;
+
+void FusedStep::drop_speculation() {
+  for (auto& [impl, sh] : spec_->shadows) {
+    if (!sh.pending) continue;
+    sh.pending = false;
+    if (sh.created_state) erase_state(impl);
+    sh.created_state = false;
+  }
+}
+
+bool FusedStep::speculation_pending() const {
+  for (const auto& [impl, sh] : spec_->shadows)
+    if (sh.pending) return true;
+  return false;
+}
+
+std::int64_t FusedStep::speculation_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& [impl, sh] : spec_->shadows)
+    for (const at::Tensor* t : {&sh.p, &sh.m, &sh.v, &sh.vmax})
+      if (t->defined()) n += std::int64_t(t->nbytes());
+  return n;
+}
+
+}  // namespace ampactor::optim

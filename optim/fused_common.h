@@ -5,8 +5,10 @@
 #include <ampactor/kernels/fused_step.h>
 #include <ampactor/optim/fused.h>
 
+#include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,6 +33,7 @@ bool skipped(const ScaledStep& step);
 using StateKey =
     std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 StateKey key_of(const at::Tensor& p);
+StateKey key_of(const void* impl);
 /// The step's thread count.
 int threads_of(const FusedOptions& o);
 /// Whether the slot (and its state tensors) can take the fused loop: an fp32 master, everything
@@ -40,5 +43,41 @@ bool fast(const Slot& s, std::initializer_list<at::Tensor> state);
 kernels::StepSpan span_of(const Slot& s, int consts);
 /// The exact path's gradient: in the master's dtype, times inv (the grad move's arithmetic).
 at::Tensor unscaled(const Slot& s, float inv);
+
+/// One parameter's second buffer, and what its pending speculative step read and ran with.
+struct Shadow {
+  at::Tensor p, m, v, vmax;    // the second buffer (kept for reuse)
+  bool pending = false;        // holds a step not yet taken or dropped
+  bool created_state = false;  // the live state was made for it (erased when it is dropped)
+  std::int64_t step = 0;       // Adam: the step count after it
+  std::vector<double> inputs;  // what it read (see fingerprint) and its constants
+};
+
+/// Every parameter's shadow, by its master's TensorImpl.
+struct Speculation {
+  std::unordered_map<const void*, Shadow> shadows;
+};
+
+/// What a step of slot `s` reads besides its constants: the gradient, weight, master and state
+/// tensors' data and versions (an in-place change in between bumps a version).
+std::vector<double> fingerprint(const Slot& s, std::initializer_list<at::Tensor> state);
+/// `t`, allocated like `like` (contiguous) when it is undefined.
+float* buffer(at::Tensor& t, const at::Tensor& like);
+/// The shadow of s's master when it holds a speculative step made from `inputs` and giving
+/// step count `step`, else nullptr.
+Shadow* matching(Speculation& spec, const Slot& s, const std::vector<double>& inputs,
+                 std::int64_t step);
+/// A real step of s's master that does not take its shadow's step: that one is void (and the
+/// state it created is the real step's now).
+void supersede(Speculation& spec, const Slot& s);
+/// The shadow's master becomes the live one (a swap of storage; the master tensor stays).
+void swap_master(const Slot& s, Shadow& sh);
+/// Swaps a live state tensor with its shadow through the state's setter.
+template <typename Get, typename Set>
+void swap_state(at::Tensor& shadow, Get get, Set set) {
+  at::Tensor live = get();
+  set(shadow);
+  shadow = std::move(live);
+}
 
 }  // namespace ampactor::optim::detail

@@ -17,6 +17,8 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace ampactor::optim {
@@ -47,19 +49,42 @@ class ScaledStep {
   AMPACTOR_ARG_ANY(std::vector<at::Tensor>, weights, {});
 };
 
+namespace detail {
+struct Speculation;
+}
+
 /// The interface the GradScalers and AsyncOptimizer look for (torch's
 /// `_step_supports_amp_scaling`).
 class FusedStep {
  public:
-  virtual ~FusedStep() = default;
+  virtual ~FusedStep();
   /// One step. Returns false when found_inf skipped it. Bad input (see ScaledStep) throws
   /// ScalerError (errc::bad_parameters or errc::invalid_gradients) and changes nothing.
+  /// A parameter with a speculative step (speculate()) made from the same inputs takes it by
+  /// swapping buffers (no second pass); every other speculative step is dropped.
   virtual bool step_scaled(const ScaledStep& step) = 0;
+  /// A speculative step of the parameters `step` gives gradients for (the others are left
+  /// alone): computed from the live masters and state as step_scaled would, written into a
+  /// second buffer (the live ones are only read), and the weights given written. The next
+  /// step_scaled takes it where its inputs match (the same gradient and weight tensors, scale,
+  /// hyperparameters and step count); drop_speculation() discards it, leaving every master,
+  /// state and step count as it was. Masters on the exact path (fp64, non-contiguous) are not
+  /// speculated: step_scaled steps them. Nothing is speculated when found_inf is set. The
+  /// second buffer is kept for reuse: speculation_bytes(). Bad input: as step_scaled.
+  virtual void speculate(const ScaledStep& step) = 0;
+  /// Discards the pending speculative steps (no-op without any).
+  void drop_speculation();
+  bool speculation_pending() const;
+  /// Bytes held by the second buffer (masters and state of the parameters ever speculated).
+  std::int64_t speculation_bytes() const;
   const FusedOptions& fused_options() const noexcept { return fused_; }
 
  protected:
-  explicit FusedStep(FusedOptions fused) : fused_(fused) {}
+  explicit FusedStep(FusedOptions fused);
   FusedOptions fused_;
+  std::unique_ptr<detail::Speculation> spec_;
+  /// Removes the optimizer state a dropped speculation created (the subclass's state map).
+  virtual void erase_state(const void* impl) = 0;
 };
 
 /// torch::optim::Adam, fused (amsgrad included).
@@ -72,6 +97,10 @@ class FusedAdam : public torch::optim::Adam, public FusedStep {
   /// A plain step on each parameter's own grad (scale 1, never skipped); the closure as torch's.
   at::Tensor step(LossClosure closure = nullptr) override;
   bool step_scaled(const ScaledStep& step) override;
+  void speculate(const ScaledStep& step) override;
+
+ private:
+  void erase_state(const void* impl) override;
 };
 
 /// torch::optim::AdamW, fused (amsgrad included).
@@ -83,6 +112,10 @@ class FusedAdamW : public torch::optim::AdamW, public FusedStep {
                       FusedOptions fused = {});
   at::Tensor step(LossClosure closure = nullptr) override;
   bool step_scaled(const ScaledStep& step) override;
+  void speculate(const ScaledStep& step) override;
+
+ private:
+  void erase_state(const void* impl) override;
 };
 
 /// torch::optim::SGD, fused (momentum, dampening, nesterov, weight decay).
@@ -94,6 +127,10 @@ class FusedSGD : public torch::optim::SGD, public FusedStep {
                     FusedOptions fused = {});
   at::Tensor step(LossClosure closure = nullptr) override;
   bool step_scaled(const ScaledStep& step) override;
+  void speculate(const ScaledStep& step) override;
+
+ private:
+  void erase_state(const void* impl) override;
 };
 
 /// The FusedStep of `opt`, or null for any other optimizer.
