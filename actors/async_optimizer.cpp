@@ -5,6 +5,7 @@
 #include <ampactor/optim/fused.h>
 #include "internal/grad_scaler_impl.h"
 #include "internal/host_offload.h"
+#include "internal/overlap_backward.h"
 
 #include <caf/atom.hpp>
 #include <caf/scoped_actor.hpp>
@@ -57,6 +58,9 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     throw ScalerError(errc::bad_option, "AsyncOptimizer: swap_weights needs staleness 1");
   if (options_.defer_grad_move() && options_.staleness() != 1)
     throw ScalerError(errc::bad_option, "AsyncOptimizer: defer_grad_move needs staleness 1");
+  if (options_.overlap_backward())
+    if (const std::string why = internal::overlap_refusal(options_, scaler, model_); !why.empty())
+      throw ScalerError(errc::bad_option, "AsyncOptimizer: " + why);
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i) {
     const at::Tensor& p = model_[i];
@@ -103,6 +107,9 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
       omp_set_num_threads(n);
 #endif
     });
+  if (options_.overlap_backward())
+    overlap_ = std::make_unique<internal::OverlapBackward>(
+        scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks());
   scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
 }
 
@@ -124,6 +131,8 @@ GradScaler& AsyncOptimizer::scaler() const {
 
 void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
   check_optimizer(*opt);
+  // overlap_backward steps the first fused optimizer made here from the first backward on.
+  if (overlap_ && !overlap_->optimizer() && optim::fused_step_of(*opt)) overlap_->use(*opt);
   owned_.push_back(std::move(opt));
 }
 
@@ -178,6 +187,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   check_optimizer(opt);
   behind_ = options_.staleness() == 1;
   if (offload_) return step_offload(opt, std::move(fn));
+  if (overlap_) return step_overlap(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
   // A fused optimizer reads the model's grads in its step and writes the weights in the same
   // pass: the job checks the grads (UnscaleDone) instead of moving them. Not with ranks: their

@@ -86,6 +86,19 @@ bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
   return found;
 }
 
+bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
+                                     const std::vector<at::Tensor>& model_grads,
+                                     std::vector<at::Tensor> weights, at::Tensor found,
+                                     std::vector<std::pair<double, at::Tensor>> absmax) {
+  refuse_late_unscale(opt);
+  const bool f = tracker_.record_fused_check_(opt, model_grads, std::move(weights),
+                                              std::move(found), std::move(absmax));
+  moved_.push_back(&opt);
+  ++unscales_;
+  report_unscale(optimizer_id_of(opt), f, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
+  return f;
+}
+
 bool JobContext::wrote_weights(const torch::optim::Optimizer& opt) const {
   return tracker_.wrote_weights(opt);
 }

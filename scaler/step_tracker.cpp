@@ -151,6 +151,14 @@ bool StepTracker::check_for_fused_(torch::optim::Optimizer& opt, std::vector<at:
   at::Tensor f = zero_on(c10::Device(c10::kCPU));
   std::vector<std::pair<double, at::Tensor>> absmax;
   check_measured(defined, f, absmax);  // refusals: invalid_gradients, nothing recorded
+  return record_fused_check_(opt, std::move(grads), std::move(weights), f, std::move(absmax));
+}
+
+bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                                      std::vector<at::Tensor> weights, at::Tensor f,
+                                      std::vector<std::pair<double, at::Tensor>> absmax) {
+  auto it = records_.find(&opt);
+  check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = {{f.device(), f}};
   rec.absmax = std::move(absmax);

@@ -42,7 +42,8 @@ namespace ampactor {
 class GradScaler;
 namespace internal {
 class HostOffload;
-}
+class OverlapBackward;
+}  // namespace internal
 
 /// Named options: AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true). A setter
 /// refuses a bad value with ScalerError(errc::bad_option) and changes nothing; the combinations
@@ -79,6 +80,28 @@ class AsyncOptimizerOptions {
   /// and the weights travel as swap_weights' would, so neither of those two applies. Staleness
   /// 1: step() waits for the previous step's job, then queues the copies and returns.
   AMPACTOR_ARG_ANY(std::optional<at::Device>, master_device, std::nullopt);
+  /// Staleness 0 only: step each bucket of parameters as soon as backward has finished its
+  /// gradients, on the optimizer thread, while backward goes on with the earlier layers. Each
+  /// bucket is checked for inf/NaN and stepped speculatively into a second buffer (the live
+  /// masters, moments and weights are only read); step() commits by swapping buffers, or drops
+  /// everything if any gradient overflowed: the same masters, moments, step counts, weights,
+  /// scales and skips as without overlap, bit for bit. Needs a fused optimizer
+  /// (ampactor::optim) and, for now, the model and the masters on the CPU and no ranks.
+  /// Memory: the second buffer holds a copy of the masters and the optimizer state (Adam: 12
+  /// bytes a parameter, SGD with momentum: 8) and of the weights (overlap_bytes()).
+  AMPACTOR_ARG_ANY(bool, overlap_backward, false);
+  /// overlap_backward: the buckets, as indices into the model's parameters, each parameter in
+  /// exactly one, in the order backward finishes them. Empty (default): the parameters in
+  /// reverse order (backward's order for a model whose parameters are registered in the
+  /// forward's order), packed into buckets of about bucket_bytes of masters.
+  AMPACTOR_ARG_ANY(std::vector<std::vector<std::size_t>>, buckets, {});
+  /// overlap_backward: the default buckets' size in bytes of masters (a parameter is never
+  /// split), > 0. Smaller buckets start sooner and cost a job each (tens of microseconds).
+  AMPACTOR_ARG(std::int64_t, bucket_bytes, std::int64_t(1) << 20);
+  /// overlap_backward: a bucket becomes ready by itself when backward has accumulated every one
+  /// of its gradients (hooks on the parameters' gradient accumulators, as DDP's Reducer); false:
+  /// only when the trainer calls grads_ready(bucket).
+  AMPACTOR_ARG_ANY(bool, ready_by_hooks, true);
 };
 
 class AsyncOptimizer {
@@ -124,6 +147,21 @@ class AsyncOptimizer {
 
   int staleness() const { return options_.staleness(); }
 
+  // ---- overlap_backward (ScalerError(errc::bad_option) without it) ----
+  /// The buckets, as indices into the model's parameters.
+  const std::vector<std::vector<std::size_t>>& buckets() const;
+  /// The trainer's word that bucket b's gradients are final in this iteration (a trainer that
+  /// runs its backward layer by layer; with ready_by_hooks the hooks say it by themselves).
+  /// Twice in one iteration: ScalerError(errc::protocol_misuse), and that iteration's step is
+  /// refused. Main thread.
+  void grads_ready(std::size_t bucket);
+  /// Gradient accumulation: while on, backward only accumulates (no bucket becomes ready by its
+  /// hooks). Turn it on before the first micro-batch's backward and off before the last one's.
+  void accumulate(bool on);
+  /// Bytes of the second buffers held now (the speculated masters and state, the spare
+  /// weights); 0 without overlap_backward.
+  std::int64_t overlap_bytes() const;
+
   /// Waits for the steps in flight (a job's error is thrown here, as by the scaler's sync()),
   /// then writes the masters, the spare weights (swap_weights) and whether the model's weights
   /// are one step behind the masters (staleness 1). The model's weights stay as they are, so a
@@ -163,6 +201,9 @@ class AsyncOptimizer {
   void take_spare();
   /// step() with the masters on the CPU and the model on a GPU.
   void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// step() with overlap_backward.
+  void step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn);
+  internal::OverlapBackward& overlap() const;
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;
@@ -175,7 +216,8 @@ class AsyncOptimizer {
   bool spare_pending_ = false;  // a job's word is still to come
   bool deferring_ = false;      // steps take the grads: defer_grad_move, or a fused optimizer
   bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
-  std::unique_ptr<internal::HostOffload> offload_;  // master_device CPU, the model elsewhere
+  std::unique_ptr<internal::HostOffload> offload_;      // master_device CPU, the model elsewhere
+  std::unique_ptr<internal::OverlapBackward> overlap_;  // overlap_backward
   std::vector<std::shared_ptr<torch::optim::Optimizer>> owned_;  // make_optimizer's
 };
 

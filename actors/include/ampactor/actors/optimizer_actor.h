@@ -67,6 +67,11 @@ class JobContext {
   /// masters' grads instead, and the step is a plain one.
   bool check_for_fused_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
                         std::vector<at::Tensor>& masters, std::vector<at::Tensor> weights);
+  /// check_for_fused_ with the check made already, in parts (StepTracker::record_fused_check_):
+  /// the overlapped-backward pipeline's buckets, each checked as it became ready. Enabled only.
+  bool record_fused_check_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                           std::vector<at::Tensor> weights, at::Tensor found,
+                           std::vector<std::pair<double, at::Tensor>> absmax);
   /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
   OptState stage(const torch::optim::Optimizer& opt) const;

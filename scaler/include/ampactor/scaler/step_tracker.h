@@ -96,6 +96,12 @@ class StepTracker {
   /// with `weights` for the step, which unscales inside. Same stage rules as unscale_.
   bool check_for_fused_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
                         std::vector<at::Tensor> weights);
+  /// check_for_fused_ with the check made already, in parts (the overlapped-backward pipeline
+  /// checks each bucket as it becomes ready): `found` (a 1-element fp32 CPU tensor, nonzero for
+  /// inf/NaN) and `absmax` are what the check of `grads` gave. Same stage rules and record.
+  bool record_fused_check_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
+                           std::vector<at::Tensor> weights, at::Tensor found,
+                           std::vector<std::pair<double, at::Tensor>> absmax);
   /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. A fused optimizer

@@ -1,0 +1,118 @@
+// AsyncOptimizer's overlapped-backward mode (AsyncOptimizerOptions::overlap_backward): each
+// bucket of parameters is checked and stepped speculatively on the optimizer thread as soon as
+// backward has finished its gradients; the last job (step()) commits or drops the speculation.
+// Not installed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace torch::autograd {
+struct Node;
+}
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ampactor {
+class AsyncOptimizerOptions;
+class GradScaler;
+namespace optim {
+class FusedStep;
+}
+}  // namespace ampactor
+
+namespace ampactor::internal {
+
+class OverlapBackward;
+
+/// overlap_backward's buckets: the options' own, checked (every parameter in exactly one, none
+/// empty; else ScalerError(errc::bad_option)), or the parameters in reverse order packed into
+/// about bucket_bytes of masters each.
+std::vector<std::vector<std::size_t>> buckets_for(const AsyncOptimizerOptions& o,
+                                                  const std::vector<at::Tensor>& model);
+/// Why overlap_backward cannot run with these options, or "" when it can.
+std::string overlap_refusal(const AsyncOptimizerOptions& o, const GradScaler& scaler,
+                            const std::vector<at::Tensor>& model);
+
+/// What the parameters' gradient-accumulator hooks reach; cleared when the pipeline goes, so a
+/// hook that outlives it does nothing.
+struct OverlapHub {
+  std::atomic<OverlapBackward*> overlap{nullptr};
+};
+
+class OverlapBackward {
+ public:
+  /// `buckets`: the parameters' indices, each once (checked by the caller). hooks: install the
+  /// post-accumulation hooks (else only grads_ready() makes a bucket ready).
+  OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
+                  std::vector<std::vector<std::size_t>> buckets, bool hooks);
+  ~OverlapBackward();
+  OverlapBackward(const OverlapBackward&) = delete;
+  OverlapBackward& operator=(const OverlapBackward&) = delete;
+
+  const std::vector<std::vector<std::size_t>>& buckets() const { return buckets_; }
+  /// The optimizer the buckets are stepped with: the first fused one the pipeline makes or is
+  /// stepped with; another one later is refused.
+  void use(torch::optim::Optimizer& opt);
+  torch::optim::Optimizer* optimizer() const { return opt_; }
+
+  // ---- main thread ----
+  /// Backward finished parameter i's gradient (its accumulator's hook).
+  void grad_final(std::size_t i);
+  /// The trainer says bucket b's gradients are final.
+  void grads_ready(std::size_t b);
+  void accumulate(bool on) { accumulating_ = on; }
+  /// A gradient was final twice in this iteration: its step is refused.
+  bool poisoned() const { return poisoned_; }
+  bool accumulating() const { return accumulating_; }
+  /// The iteration's last job, run on the optimizer thread by step(): checks what no bucket job
+  /// checked, records the whole check with the scaler, runs fn (which steps), drops whatever
+  /// speculation was not taken, and puts the new weights in the model (a buffer swap).
+  void finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
+              const std::function<void()>& fn);
+  /// The main thread's side of a new iteration (after step(), whether it succeeded or not).
+  void reset_iteration();
+  /// Bytes of the second buffers: the speculated masters and state, and the spare weights.
+  std::int64_t extra_bytes() const;
+
+ private:
+  void submit(std::size_t b);
+  /// On the optimizer thread: check bucket b's gradients and, unless an overflow is already
+  /// known, step them speculatively.
+  void run_bucket(std::size_t b, const std::vector<at::Tensor>& grads);
+  void begin_iteration_on_optimizer(std::int64_t k);
+  void swap_weights();
+
+  GradScaler& scaler_;
+  std::vector<at::Tensor> model_;
+  std::vector<at::Tensor> spare_;  // the weights' second buffer: speculative steps write here
+  std::vector<std::vector<std::size_t>> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  torch::optim::Optimizer* opt_ = nullptr;
+  optim::FusedStep* fused_ = nullptr;
+  std::shared_ptr<OverlapHub> hub_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive, as DDP's
+  std::thread::id main_;
+  // Main thread.
+  bool accumulating_ = false;
+  std::vector<bool> final_;        // parameter i's gradient is final in this iteration
+  std::vector<std::size_t> left_;  // parameters of bucket b not final yet
+  std::vector<bool> submitted_;    // bucket b's job is queued
+  bool poisoned_ = false;
+  // Optimizer thread, for iteration k_.
+  std::int64_t k_ = -1;
+  bool found_ = false;
+  std::vector<bool> checked_;  // parameter i's gradient was checked by a bucket job
+  std::vector<std::pair<double, at::Tensor>> absmax_;
+};
+
+}  // namespace ampactor::internal

@@ -1,0 +1,238 @@
+#include "internal/overlap_backward.h"
+
+#include <ampactor/actors/grad_scaler.h>
+#include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/core/errors.h>
+#include <ampactor/kernels/unscale.h>
+#include <ampactor/optim/fused.h>
+#include <ampactor/scaler/step_tracker.h>
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <string>
+
+namespace ampactor::internal {
+namespace {
+
+/// A parameter's post-accumulation hook: its gradient is final for this backward (how DDP's
+/// Reducer learns it).
+struct ReadyHook : torch::autograd::FunctionPostHook {
+  ReadyHook(std::shared_ptr<OverlapHub> hub, std::size_t index)
+      : hub(std::move(hub)), index(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    if (OverlapBackward* o = hub->overlap.load()) o->grad_final(index);
+    return outputs;
+  }
+  std::shared_ptr<OverlapHub> hub;
+  std::size_t index;
+};
+
+/// check_finite of `grads` into `found`, one absmax per dtype (a size is only comparable with
+/// its own dtype's largest value), as the scaler's own check measures them.
+void check_by_dtype(const std::vector<at::Tensor>& grads, at::Tensor& found,
+                    std::vector<std::pair<double, at::Tensor>>& absmax) {
+  std::vector<std::pair<at::ScalarType, std::vector<at::Tensor>>> groups;
+  for (const at::Tensor& g : grads) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& e) { return e.first == g.scalar_type(); });
+    if (it == groups.end()) it = groups.insert(groups.end(), {g.scalar_type(), {}});
+    it->second.push_back(g);
+  }
+  for (auto& [dtype, list] : groups) {
+    at::Tensor a = at::zeros({}, at::kFloat);
+    kernels::check_finite(list, found, a);
+    absmax.emplace_back(dtype_max_of(dtype), a);
+  }
+}
+
+}  // namespace
+
+OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
+                                 std::vector<std::vector<std::size_t>> buckets, bool hooks)
+    : scaler_(scaler),
+      model_(model),
+      buckets_(std::move(buckets)),
+      bucket_of_(model.size()),
+      hub_(std::make_shared<OverlapHub>()),
+      main_(std::this_thread::get_id()) {
+  at::AutoGradMode no_grad(false);
+  for (const at::Tensor& p : model_)
+    spare_.push_back(p.detach().clone());
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    for (std::size_t i : buckets_[b])
+      bucket_of_[i] = b;
+  if (hooks)
+    for (std::size_t i = 0; i < model_.size(); ++i) {
+      if (!model_[i].requires_grad() || !model_[i].is_leaf())
+        throw ScalerError(errc::bad_parameters,
+                          "AsyncOptimizer (overlap_backward): model parameter " +
+                              std::to_string(i) +
+                              " is not a leaf that requires grad, so backward never says when "
+                              "its gradient is final; pass ready_by_hooks(false) and call "
+                              "grads_ready() instead");
+      accumulators_.push_back(torch::autograd::impl::grad_accumulator(model_[i]));
+    }
+  // Installed only once every check has passed: a constructor that throws leaves no hook.
+  for (std::size_t i = 0; i < accumulators_.size(); ++i)
+    accumulators_[i]->add_post_hook(std::make_unique<ReadyHook>(hub_, i));
+  hub_->overlap = this;
+  reset_iteration();
+}
+
+OverlapBackward::~OverlapBackward() {
+  hub_->overlap = nullptr;  // the hooks stay on the accumulators, doing nothing
+}
+
+void OverlapBackward::use(torch::optim::Optimizer& opt) {
+  if (opt_ == &opt) return;
+  if (opt_)
+    throw ScalerError(errc::bad_option,
+                      "AsyncOptimizer (overlap_backward): the buckets are stepped with one "
+                      "optimizer, the first one made or stepped; step() got another");
+  optim::FusedStep* fused = optim::fused_step_of(opt);
+  if (!fused)
+    throw ScalerError(errc::bad_option,
+                      "AsyncOptimizer (overlap_backward): a bucket's step is written into a "
+                      "second buffer, which LibTorch's own optimizers cannot do; use "
+                      "ampactor::optim::FusedAdam, FusedAdamW or FusedSGD");
+  opt_ = &opt;
+  fused_ = fused;
+}
+
+void OverlapBackward::grad_final(std::size_t i) {
+  // A backward on another thread (a GPU's autograd thread): the last job checks and steps it.
+  if (std::this_thread::get_id() != main_ || accumulating_) return;
+  if (final_[i]) {
+    poisoned_ = true;
+    throw ScalerError(errc::protocol_misuse,
+                      "AsyncOptimizer (overlap_backward): the gradient of parameter " +
+                          std::to_string(i) +
+                          " was accumulated again after it was final in this iteration (a "
+                          "second backward without accumulate(true)); this iteration's step "
+                          "will be refused and nothing of it committed");
+  }
+  final_[i] = true;
+  const std::size_t b = bucket_of_[i];
+  if (--left_[b] == 0 && !submitted_[b]) submit(b);
+}
+
+void OverlapBackward::grads_ready(std::size_t b) {
+  if (b >= buckets_.size())
+    throw ScalerError(errc::bad_option, "AsyncOptimizer::grads_ready: bucket " + std::to_string(b) +
+                                            " of " + std::to_string(buckets_.size()));
+  if (submitted_[b]) {
+    poisoned_ = true;
+    throw ScalerError(errc::protocol_misuse,
+                      "AsyncOptimizer::grads_ready: bucket " + std::to_string(b) +
+                          " was ready already in this iteration; this iteration's step will "
+                          "be refused and nothing of it committed");
+  }
+  for (std::size_t i : buckets_[b])
+    final_[i] = true;
+  left_[b] = 0;
+  submit(b);
+}
+
+void OverlapBackward::submit(std::size_t b) {
+  submitted_[b] = true;
+  // The optimizer is not known before the first step(), nor is there anything to speculate
+  // with the scaler disabled: the last job then checks and steps everything.
+  if (!opt_ || !scaler_.is_enabled()) return;
+  std::vector<at::Tensor> grads;
+  for (std::size_t i : buckets_[b])
+    grads.push_back(model_[i].grad());
+  scaler_.submit([this, b, grads = std::move(grads)] { run_bucket(b, grads); },
+                 SubmitOptions().unscales(UnscalePermit::none()));
+}
+
+void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
+  if (k == k_) return;
+  k_ = k;
+  found_ = false;
+  checked_.assign(model_.size(), false);
+  absmax_.clear();
+}
+
+void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& grads) {
+  JobContext* job = JobContext::current();
+  begin_iteration_on_optimizer(job->iteration());
+  try {
+    std::vector<at::Tensor> defined;
+    for (const at::Tensor& g : grads)
+      if (g.defined()) defined.push_back(g);
+    at::Tensor f = at::zeros({}, at::kFloat);
+    check_by_dtype(defined, f, absmax_);
+    for (std::size_t i : buckets_[b])
+      checked_[i] = true;
+    found_ = found_ || f.item<float>() != 0;
+    if (found_) return;  // the step will be skipped: nothing to speculate
+    std::vector<at::Tensor> g(model_.size()), w(model_.size());
+    for (std::size_t j = 0; j < grads.size(); ++j)
+      g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = spare_[buckets_[b][j]];
+    // The scale's inverse as the scaler's step takes it: the reciprocal in double, as a float.
+    const float inv = float(1.0 / double(job->scale()));
+    fused_->speculate(optim::ScaledStep().inv_scale(inv).grads(g).weights(w));
+  } catch (...) {
+    found_ = true;  // this iteration fails (the scaler abandons its update): speculate no more
+    fused_->drop_speculation();
+    throw;
+  }
+}
+
+void OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
+                             const std::function<void()>& fn) {
+  JobContext* job = JobContext::current();
+  begin_iteration_on_optimizer(job->iteration());
+  try {
+    std::vector<at::Tensor> rest;  // what no bucket job checked
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (!checked_[i] && grads[i].defined()) rest.push_back(grads[i]);
+    at::Tensor f = at::zeros({}, at::kFloat);
+    check_by_dtype(rest, f, absmax_);
+    const bool found = found_ || f.item<float>() != 0;
+    job->record_fused_check_(opt, grads, spare_, at::full({}, found ? 1.0f : 0.0f, at::kFloat),
+                             absmax_);
+    if (fn) fn();
+  } catch (...) {
+    fused_->drop_speculation();
+    k_ = -1;
+    throw;
+  }
+  fused_->drop_speculation();  // skipped, or a parameter's inputs changed: not taken
+  k_ = -1;
+  if (job->wrote_weights(opt)) swap_weights();
+}
+
+void OverlapBackward::swap_weights() {
+  // The trainer waits for this job, and backward is over: nothing reads the parameters now.
+  for (std::size_t i = 0; i < model_.size(); ++i) {
+    at::Tensor old = model_[i].variable_data();
+    model_[i].set_data(spare_[i]);
+    spare_[i] = std::move(old);
+  }
+}
+
+void OverlapBackward::reset_iteration() {
+  final_.assign(model_.size(), false);
+  left_.clear();
+  for (const auto& b : buckets_)
+    left_.push_back(b.size());
+  submitted_.assign(buckets_.size(), false);
+  poisoned_ = false;
+}
+
+std::int64_t OverlapBackward::extra_bytes() const {
+  std::int64_t n = fused_ ? fused_->speculation_bytes() : 0;
+  for (const at::Tensor& t : spare_)
+    n += std::int64_t(t.nbytes());
+  return n;
+}
+
+}  // namespace ampactor::internal

@@ -1,0 +1,241 @@
+// The overlapped-backward mode (AsyncOptimizerOptions::overlap_backward): each bucket stepped
+// speculatively as backward finishes it, committed or dropped at step(). Held to staleness 0
+// without overlap, bit for bit: masters, optimizer state and step counts, weights, scales, skips.
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
+#include <ampactor/optim/fused.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/tanh.h>
+
+#include <string>
+
+#include "fused_fixture.h"
+#include "scale_options.h"
+
+using namespace ampactor;
+using ampactor::test::opts;
+
+namespace {
+
+/// An MLP of 16-bit weights whose math runs in fp32 (the gradients come back in the weights'
+/// dtype): layers of W (rows x rows) and b, and a head. Parameters in forward order.
+struct Model {
+  std::vector<at::Tensor> p;
+  explicit Model(at::ScalarType dtype, int layers = 4, std::int64_t width = 24) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    for (int l = 0; l <= layers; ++l) {
+      const std::int64_t out = l == layers ? 1 : width;
+      p.push_back((at::randn({width, out}, gen) / 5).to(dtype).set_requires_grad(true));
+      p.push_back((at::randn({out}, gen) / 10).to(dtype).set_requires_grad(true));
+    }
+  }
+  /// The loss of batch k; `spike` adds a term whose gradient overflows the first layer's W only
+  /// (the last bucket backward finishes); `skip_head_bias` leaves a parameter without a grad.
+  at::Tensor loss(int k, float spike, bool skip_head_bias) const {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + k);
+    at::Tensor h = at::randn({8, p[0].size(0)}, gen);
+    const std::size_t layers = p.size() / 2;
+    for (std::size_t l = 0; l < layers; ++l) {
+      h = at::matmul(h, p[2 * l].to(at::kFloat));
+      if (!(skip_head_bias && l + 1 == layers)) h = h + p[2 * l + 1].to(at::kFloat);
+      if (l + 1 < layers) h = at::tanh(h);
+    }
+    at::Tensor l = (h * h).mean();
+    if (spike != 0) l = l + spike * p[0].to(at::kFloat).sum();
+    return l;
+  }
+  void zero_grad() {
+    for (auto& t : p)
+      t.mutable_grad() = at::Tensor();
+  }
+};
+
+struct Setup {
+  test::OptConfig config;
+  at::ScalarType dtype = at::kHalf;
+  int micro = 1;
+  bool hooks = true;
+  std::vector<std::vector<std::size_t>> buckets;  // empty: by bucket_bytes
+};
+
+struct Trained {
+  std::vector<at::Tensor> masters, weights, state;
+  std::vector<double> scales;
+  std::vector<bool> skipped;
+  std::int64_t extra_bytes = 0;
+  bool speculated = false;  // a bucket's step was pending before step() in some iteration
+  int swapped = 0;          // masters that step() took from the second buffer (a swap)
+};
+
+std::unique_ptr<torch::optim::Optimizer> fused_over(const test::OptConfig& c,
+                                                    const std::vector<at::Tensor>& ps) {
+  return test::make_optimizer(c, ps, /*fused=*/true);
+}
+
+/// 14 iterations: overflows in the whole gradient (3, 4) and in the last bucket alone (8), an
+/// iteration without the head's bias (10), the scale grown every 2 clean updates.
+Trained train(const Setup& s, bool overlap) {
+  Model m(s.dtype);
+  GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true));
+  auto o = AsyncOptimizerOptions().staleness(0);
+  if (overlap)
+    o.overlap_backward(true).bucket_bytes(24 * 24 * 4).buckets(s.buckets).ready_by_hooks(s.hooks);
+  AsyncOptimizer pipe(m.p, scaler, o);
+  auto opt = fused_over(s.config, pipe.optim_parameters());
+  auto* fused = optim::fused_step_of(*opt);
+  Trained t;
+  for (int k = 0; k < 14; ++k) {
+    m.zero_grad();
+    const float spike = k == 8 ? 1e36f : 0.0f;  // inf in fp32 once scaled
+    const double blow = k == 3 || k == 4 ? 1e38 : 1.0;
+    for (int j = 0; j < s.micro; ++j) {
+      const bool last = j + 1 == s.micro;
+      if (overlap && s.micro > 1) pipe.accumulate(!last);
+      scaler.scale(m.loss(k * 7 + j, spike, k == 10) * blow).backward();
+    }
+    if (overlap && !s.hooks)
+      for (std::size_t b = 0; b < pipe.buckets().size(); ++b)
+        pipe.grads_ready(b);
+    if (overlap) {  // the bucket jobs have run once the optimizer is idle
+      bool pending = false;
+      scaler.run_on_optimizer([&] { pending = fused->speculation_pending(); });
+      t.speculated = t.speculated || pending;
+    }
+    t.scales.push_back(scaler.get_scale());
+    std::vector<void*> where;
+    for (const at::Tensor& x : pipe.optim_parameters())
+      where.push_back(x.data_ptr());
+    pipe.step(*opt, [&] { scaler.step(*opt); });
+    for (std::size_t i = 0; i < where.size(); ++i)
+      t.swapped += pipe.optim_parameters()[i].data_ptr() != where[i];
+    scaler.update();
+  }
+  pipe.sync();
+  for (int k = 0; k < 14; ++k)
+    t.skipped.push_back(scaler.wait_result(k).skipped());
+  t.scales.push_back(scaler.get_scale());
+  for (std::size_t i = 0; i < m.p.size(); ++i) {
+    t.masters.push_back(pipe.optim_parameters()[i].detach().clone());
+    t.weights.push_back(m.p[i].detach().clone());
+    for (const at::Tensor& x : test::state_of(*opt, pipe.optim_parameters()[i]))
+      t.state.push_back(x.clone());
+  }
+  t.extra_bytes = pipe.overlap_bytes();
+  return t;
+}
+
+void same_training(const Setup& s) {
+  CAPTURE(s.config.name());
+  CAPTURE(c10::toString(s.dtype));
+  CAPTURE(s.micro);
+  CAPTURE(s.hooks);
+  CAPTURE(s.buckets.size());
+  const Trained ref = train(s, false), ov = train(s, true);
+  CHECK(ov.speculated);
+  CHECK(ov.swapped > 0);  // speculative steps were taken, not stepped again
+  CHECK(ref.swapped == 0);
+  CHECK(ov.scales == ref.scales);
+  CHECK(ov.skipped == ref.skipped);
+  CHECK(ref.skipped[3]);
+  CHECK(ref.skipped[8]);
+  CHECK_FALSE(ref.skipped[10]);
+  REQUIRE(ov.state.size() == ref.state.size());
+  for (std::size_t i = 0; i < ref.masters.size(); ++i) {
+    CAPTURE(i);
+    CHECK(test::bits_equal(ov.masters[i], ref.masters[i]));
+    CHECK(test::bits_equal(ov.weights[i], ref.weights[i]));
+  }
+  for (std::size_t i = 0; i < ref.state.size(); ++i)
+    CHECK(test::bits_equal(ov.state[i], ref.state[i]));
+}
+
+}  // namespace
+
+TEST_CASE("overlap_backward: the same training as staleness 0, bit for bit (Adam, AdamW, SGD)") {
+  for (const test::OptConfig& c : test::configs())
+    for (at::ScalarType dtype : {at::kHalf, at::kBFloat16})
+      same_training({c, dtype});
+}
+
+TEST_CASE("overlap_backward: bit for bit with 3 micro-batches, explicit readiness, own buckets") {
+  const test::OptConfig adamw = test::configs()[3];
+  same_training({adamw, at::kHalf, 3});
+  same_training({adamw, at::kHalf, 1, /*hooks=*/false});
+  same_training({adamw, at::kBFloat16, 3, false, {{9, 8, 7}, {6, 5, 4, 3}, {2, 1, 0}}});
+  same_training({test::configs().back(), at::kHalf, 1, true, {{9}, {8, 7, 6, 5, 4, 3, 2, 1, 0}}});
+}
+
+TEST_CASE("overlap_backward: the second buffers' bytes, the masters' and Adam's state once more") {
+  Setup s{test::configs()[0], at::kHalf};
+  const Trained t = train(s, true);
+  Model m(at::kHalf);
+  std::int64_t params = 0;
+  for (const at::Tensor& p : m.p)
+    params += p.numel();
+  CHECK(t.extra_bytes == params * (12 + 2));  // masters, exp_avg, exp_avg_sq; fp16 weights
+}
+
+TEST_CASE("overlap_backward: a gradient final twice is refused, and nothing is committed") {
+  Model m(at::kHalf);
+  GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true));
+  AsyncOptimizer pipe(m.p, scaler, AsyncOptimizerOptions().staleness(0).overlap_backward(true));
+  auto& opt = pipe.make_optimizer<optim::FusedAdam>(torch::optim::AdamOptions(1e-2));
+  const std::vector<at::Tensor> before = test::clones(pipe.optim_parameters());
+  scaler.scale(m.loss(0, 0, false)).backward();
+  try {
+    scaler.scale(m.loss(1, 0, false)).backward();  // no accumulate(true)
+    FAIL("a second backward without accumulate(true) was accepted");
+  } catch (const ScalerError& e) {
+    CHECK(std::string(e.what()).find("accumulated again") != std::string::npos);
+  }
+  CHECK_THROWS_AS(pipe.step(opt, [&] { scaler.step(opt); }), ScalerError);
+  scaler.run_on_optimizer([&] { CHECK_FALSE(opt.speculation_pending()); });
+  for (std::size_t i = 0; i < before.size(); ++i)
+    CHECK(test::bits_equal(pipe.optim_parameters()[i], before[i]));
+  CHECK(opt.state().empty());
+  // grads_ready twice in one iteration: refused the same way.
+  m.zero_grad();
+  AsyncOptimizer manual(
+      m.p, scaler,
+      AsyncOptimizerOptions().staleness(0).overlap_backward(true).ready_by_hooks(false));
+  pipe.accumulate(true);  // the first pipeline's hooks stay quiet from here
+  scaler.scale(m.loss(2, 0, false)).backward();
+  manual.grads_ready(0);
+  CHECK_THROWS_AS(manual.grads_ready(0), ScalerError);
+  CHECK_THROWS_AS(manual.grads_ready(manual.buckets().size()), ScalerError);
+}
+
+TEST_CASE("overlap_backward: options it cannot run with are refused, naming why") {
+  Model m(at::kHalf);
+  GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true));
+  auto refused = [&](const AsyncOptimizerOptions& o, const char* why) {
+    try {
+      AsyncOptimizer pipe(m.p, scaler, o);
+      FAIL("accepted");
+    } catch (const ScalerError& e) {
+      CHECK(e.code() == errc::bad_option);
+      CHECK(std::string(e.what()).find(why) != std::string::npos);
+    }
+  };
+  const auto ov = AsyncOptimizerOptions().staleness(0).overlap_backward(true);
+  refused(AsyncOptimizerOptions().staleness(1).overlap_backward(true), "staleness 0");
+  refused(AsyncOptimizerOptions(ov).buckets({{0, 1}, {1}}), "in two buckets");
+  refused(AsyncOptimizerOptions(ov).buckets({{0, 1}}), "in no bucket");
+  refused(AsyncOptimizerOptions(ov).buckets({{0}, {}}), "is empty");
+  CHECK_THROWS_AS(AsyncOptimizerOptions().bucket_bytes(0), ScalerError);
+  AsyncOptimizer pipe(m.p, scaler, ov);
+  torch::optim::Adam own(pipe.optim_parameters(), torch::optim::AdamOptions(1e-2));
+  scaler.scale(m.loss(0, 0, false)).backward();
+  try {
+    pipe.step(own, [&] { scaler.step(own); });
+    FAIL("LibTorch's Adam was accepted");
+  } catch (const ScalerError& e) {
+    CHECK(std::string(e.what()).find("FusedAdam, FusedAdamW or FusedSGD") != std::string::npos);
+  }
+  AsyncOptimizer plain(m.p, scaler, AsyncOptimizerOptions().staleness(0));
+  CHECK_THROWS_AS(plain.grads_ready(0), ScalerError);
+  CHECK(plain.overlap_bytes() == 0);
+}
