@@ -16,10 +16,15 @@ class RankGroup;
 namespace demo {
 
 /// Every mode, in the order they run.
-inline const std::vector<std::string> kModes = {
-    "fp32",           "fp16-noscale",      "fp16-sync",
-    "fp16-async",     "fp16-async-lagged", "fp16-async-lagged-behind",
-    "fp16-roundpipe", "fp16-deepspeed"};
+inline const std::vector<std::string> kModes = {"fp32",
+                                                "fp16-noscale",
+                                                "fp16-sync",
+                                                "fp16-overlap",
+                                                "fp16-async",
+                                                "fp16-async-lagged",
+                                                "fp16-async-lagged-behind",
+                                                "fp16-roundpipe",
+                                                "fp16-deepspeed"};
 
 /// Whether a mode's loss is scaled (by ampactor).
 inline bool scaled(const std::string& mode) {

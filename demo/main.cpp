@@ -106,6 +106,18 @@ int check_settings(const CLI::App& app, Settings& s) {
         return 2;
       }
   }
+  // fp16-overlap runs with the model on the CPU and without ranks (for now).
+  const bool overlap_asked = std::count(s.modes.begin(), s.modes.end(), "fp16-overlap") > 0;
+  if (overlap_asked && (s.device == "cuda" || s.nproc > 1)) {
+    if (app.count("--mode")) {
+      std::cerr << "--mode fp16-overlap: runs with the model on the CPU and without --nproc "
+                   "only, for now\n";
+      return 2;
+    }
+    s.modes.erase(std::find(s.modes.begin(), s.modes.end(), "fp16-overlap"));
+    std::cout << "fp16-overlap left out: it runs with the model on the CPU and without --nproc "
+                 "only, for now\n";
+  }
   if (s.device == "cuda" && !torch::cuda::is_available()) {
     std::cerr
         << "--device cuda: this LibTorch has no CUDA, or no GPU is visible (Debian's "

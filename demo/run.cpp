@@ -115,9 +115,10 @@ struct Mode {
         behind(m == "fp16-async-lagged-behind"),
         async(m == "fp16-async" || lagged || m == "fp16-deepspeed"),
         roundpipe(m == "fp16-roundpipe"),
-        deepspeed(m == "fp16-deepspeed") {}
+        deepspeed(m == "fp16-deepspeed"),
+        overlap(m == "fp16-overlap") {}
   std::string name;
-  bool fp32, lagged, behind, async, roundpipe, deepspeed;
+  bool fp32, lagged, behind, async, roundpipe, deepspeed, overlap;
 };
 
 /// A mode's model and optimizer side: fp32 with torch's Adam alone, or fp16 with the scaler and
@@ -152,13 +153,17 @@ struct Trainer {
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
     // numbers as without; doc/guide/async-pipeline.md).
+    // fp16-overlap: each layer's step starts while backward goes on (the model's five
+    // parameters in five buckets); it needs a fused optimizer, which equals LibTorch's Adam.
     pipe = std::make_unique<ampactor::AsyncOptimizer>(model.parameters(), *scaler,
                                                       ampactor::AsyncOptimizerOptions()
                                                           .staleness(m.async ? 1 : 0)
                                                           .optimizer_threads(1)
                                                           .swap_weights(m.async)
-                                                          .defer_grad_move(m.async));
-    if (m.async && s.optimizer == "fused")
+                                                          .defer_grad_move(m.async)
+                                                          .overlap_backward(m.overlap)
+                                                          .bucket_bytes(64 << 10));
+    if ((m.async && s.optimizer == "fused") || m.overlap)
       opt = &pipe->make_optimizer<ampactor::optim::FusedAdam>(
           torch::optim::AdamOptions(s.lr), ampactor::optim::FusedOptions().threads(1));
     else
