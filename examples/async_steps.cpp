@@ -1,7 +1,7 @@
-// The actor-backed GradScaler five ways: steps on the optimizer thread, asynchronous step jobs
-// (submit), the asynchronous pipeline over fp32 masters, the same with a fused optimizer, a
-// recorded trace; and, where a CUDA device is, an fp16 model on the GPU with its masters and
-// optimizer on the CPU.
+// The actor-backed GradScaler six ways: steps on the optimizer thread, asynchronous step jobs
+// (submit), the asynchronous pipeline over fp32 masters, the same with a fused optimizer, the
+// overlapped backward (exact, with micro-batches), a recorded trace; and, where a CUDA device
+// is, an fp16 model on the GPU with its masters and optimizer on the CPU.
 //
 //   async_steps [TRACE_PATH]    (default run.jsonl; replay it with ampactor-replay TRACE_PATH)
 #include <ampactor/actors/async_optimizer.h>
@@ -117,6 +117,30 @@ double the_fused_pipeline(const std::vector<Batch>& data) {
   return eval(model, data);
 }
 
+/// Exact weights with the step overlapped: each bucket of parameters is stepped as soon as
+/// backward has finished its gradients; step() commits (or, on an overflow, drops them all).
+double the_overlapped_backward(const std::vector<Batch>& data) {
+  auto model = make_model();
+  ampactor::GradScaler scaler;
+  const auto o = ampactor::AsyncOptimizerOptions()
+                     .staleness(0)            // the weights of synchronous training
+                     .overlap_backward(true)  // buckets stepped while backward goes on
+                     .bucket_bytes(1024);     // small buckets for this small model
+  ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
+  auto& opt = pipe.make_optimizer<ampactor::optim::FusedAdamW>(  // a fused optimizer: it can
+      torch::optim::AdamWOptions(1e-2));                         // step into a second buffer
+  for (std::size_t i = 0; i + 1 < data.size(); i += 2) {         // two micro-batches an iteration
+    model->zero_grad();
+    pipe.accumulate(true);  // the first micro-batch only accumulates
+    scaler.scale(loss_fn(model->forward(data[i].x), data[i].y)).backward();
+    pipe.accumulate(false);  // in the last one's backward the buckets become ready
+    scaler.scale(loss_fn(model->forward(data[i + 1].x), data[i + 1].y)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });  // waits for the last bucket, then swaps
+    scaler.update();
+  }
+  return eval(model, data);
+}
+
 /// Every message to and from the scale keeper, recorded for ampactor-replay.
 double a_recorded_run(const std::vector<Batch>& data, const std::string& path) {
   auto model = make_model();
@@ -165,13 +189,16 @@ int main(int argc, char** argv) try {
   const std::vector<Batch> data = make_data();
   auto fresh = make_model();
   const double untrained = eval(fresh, data);
-  const double losses[] = {steps_on_the_optimizer_thread(data), asynchronous_step_jobs(data),
-                           the_pipeline(data), the_fused_pipeline(data),
+  const double losses[] = {steps_on_the_optimizer_thread(data),
+                           asynchronous_step_jobs(data),
+                           the_pipeline(data),
+                           the_fused_pipeline(data),
+                           the_overlapped_backward(data),
                            a_recorded_run(data, trace)};
   std::cout << "eval loss: untrained " << untrained << ", steps " << losses[0] << ", submit "
             << losses[1] << ", pipeline " << losses[2] << ", fused pipeline " << losses[3]
-            << ", recorded " << losses[4] << "\nreplay the trace with: ampactor-replay " << trace
-            << "\n";
+            << ", overlapped backward " << losses[4] << ", recorded " << losses[5]
+            << "\nreplay the trace with: ampactor-replay " << trace << "\n";
   the_model_on_the_gpu(data);
   for (double l : losses)
     if (!(l < untrained)) return 1;  // each way trained

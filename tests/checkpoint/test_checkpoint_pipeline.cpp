@@ -35,6 +35,7 @@ struct Config {
   std::string optimizer;
   int staleness;
   bool swap_defer;
+  bool overlap = false;  // overlap_backward (a fused optimizer)
 };
 
 struct Outcome {
@@ -57,7 +58,9 @@ Outcome train(const Config& c, iteration_t from, iteration_t to, const std::stri
                       AsyncOptimizerOptions()
                           .staleness(c.staleness)
                           .swap_weights(c.swap_defer)
-                          .defer_grad_move(c.swap_defer));
+                          .defer_grad_move(c.swap_defer)
+                          .overlap_backward(c.overlap)
+                          .bucket_bytes(64));
   auto opt = make_optimizer(c.optimizer, pipe.optim_parameters());
   if (load) {
     torch::serialize::InputArchive all = ampactor::test::archive_of(*load), model, o, s, p;
@@ -104,12 +107,19 @@ bool bit_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   return true;
 }
 
-const Config configs[] = {{"sgd", 0, false},  {"sgd", 1, false},  {"sgd", 1, true},
-                          {"adam", 0, false}, {"adam", 1, false}, {"adam", 1, true}};
+const Config configs[] = {{"sgd", 0, false},
+                          {"sgd", 1, false},
+                          {"sgd", 1, true},
+                          {"adam", 0, false},
+                          {"adam", 1, false},
+                          {"adam", 1, true},
+                          {"fused-adam", 0, false, true},
+                          {"fused-sgd", 0, false, true}};
 
 std::string describe(const Config& c) {
   return c.optimizer + " staleness " + std::to_string(c.staleness) +
-         (c.swap_defer ? " swap_weights+defer_grad_move" : "");
+         (c.swap_defer ? " swap_weights+defer_grad_move" : "") +
+         (c.overlap ? " overlap_backward" : "");
 }
 
 }  // namespace

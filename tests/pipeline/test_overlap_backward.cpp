@@ -4,12 +4,15 @@
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/trace/replay.h>
+#include <ampactor/trace/trace.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tanh.h>
 
+#include <cstdio>
 #include <string>
 
 #include "fused_fixture.h"
@@ -61,6 +64,11 @@ struct Setup {
   std::vector<std::vector<std::size_t>> buckets;  // empty: by bucket_bytes
 };
 
+Setup setup(const test::OptConfig& c, at::ScalarType dtype, int micro = 1, bool hooks = true,
+            std::vector<std::vector<std::size_t>> buckets = {}) {
+  return Setup{c, dtype, micro, hooks, std::move(buckets)};
+}
+
 struct Trained {
   std::vector<at::Tensor> masters, weights, state;
   std::vector<double> scales;
@@ -77,9 +85,11 @@ std::unique_ptr<torch::optim::Optimizer> fused_over(const test::OptConfig& c,
 
 /// 14 iterations: overflows in the whole gradient (3, 4) and in the last bucket alone (8), an
 /// iteration without the head's bias (10), the scale grown every 2 clean updates.
-Trained train(const Setup& s, bool overlap) {
+Trained train(const Setup& s, bool overlap, const std::string& trace = "") {
   Model m(s.dtype);
-  GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true));
+  KeeperOptions keeper;
+  if (!trace.empty()) keeper.tap(record_trace(trace));
+  GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true), keeper);
   auto o = AsyncOptimizerOptions().staleness(0);
   if (overlap)
     o.overlap_backward(true).bucket_bytes(24 * 24 * 4).buckets(s.buckets).ready_by_hooks(s.hooks);
@@ -157,19 +167,47 @@ void same_training(const Setup& s) {
 TEST_CASE("overlap_backward: the same training as staleness 0, bit for bit (Adam, AdamW, SGD)") {
   for (const test::OptConfig& c : test::configs())
     for (at::ScalarType dtype : {at::kHalf, at::kBFloat16})
-      same_training({c, dtype});
+      same_training(setup(c, dtype));
 }
 
 TEST_CASE("overlap_backward: bit for bit with 3 micro-batches, explicit readiness, own buckets") {
   const test::OptConfig adamw = test::configs()[3];
-  same_training({adamw, at::kHalf, 3});
-  same_training({adamw, at::kHalf, 1, /*hooks=*/false});
-  same_training({adamw, at::kBFloat16, 3, false, {{9, 8, 7}, {6, 5, 4, 3}, {2, 1, 0}}});
-  same_training({test::configs().back(), at::kHalf, 1, true, {{9}, {8, 7, 6, 5, 4, 3, 2, 1, 0}}});
+  same_training(setup(adamw, at::kHalf, 3));
+  same_training(setup(adamw, at::kHalf, 1, /*hooks=*/false));
+  same_training(setup(adamw, at::kBFloat16, 3, false, {{9, 8, 7}, {6, 5, 4, 3}, {2, 1, 0}}));
+  same_training(
+      setup(test::configs().back(), at::kHalf, 1, true, {{9}, {8, 7, 6, 5, 4, 3, 2, 1, 0}}));
+}
+
+TEST_CASE("overlap_backward: its trace replays identically, and holds staleness 0's updates") {
+  const Setup s = setup(test::configs()[0], at::kHalf);
+  const std::string ov_path = "overlap_backward_trace.jsonl", ref_path = "overlap_ref_trace.jsonl";
+  train(s, true, ov_path);
+  train(s, false, ref_path);
+  const Trace ov = read_trace(ov_path), ref = read_trace(ref_path);
+  CHECK(ov.complete);
+  const ReplayResult r = replay_trace(ov);
+  CHECK(r.identical);
+  CHECK(r.matched == ov.events.size());
+  // The keeper heard the same unscale reports (found_inf, the gradients' size) and applied the
+  // same updates as without overlap.
+  auto reports = [](const Trace& t) {
+    std::vector<std::string> out;
+    for (const TraceEvent& e : t.events) {
+      const std::string line = to_json_line(e), type = trace_type_name(e.msg);
+      if (type == "UnscaleDone" || type == "UpdateApplied")
+        out.push_back(type + line.substr(line.find("\"msg\"")));
+    }
+    return out;
+  };
+  CHECK(reports(ov).size() >= 28);
+  CHECK(reports(ov) == reports(ref));
+  std::remove(ov_path.c_str());
+  std::remove(ref_path.c_str());
 }
 
 TEST_CASE("overlap_backward: the second buffers' bytes, the masters' and Adam's state once more") {
-  Setup s{test::configs()[0], at::kHalf};
+  const Setup s = setup(test::configs()[0], at::kHalf);
   const Trained t = train(s, true);
   Model m(at::kHalf);
   std::int64_t params = 0;

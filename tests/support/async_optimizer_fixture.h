@@ -7,6 +7,7 @@
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 #include <ampactor/scaler/step_tracker.h>
 
@@ -75,11 +76,17 @@ struct Mlp {
 }  // namespace
 
 namespace {
-/// SGD, Adam or AdamW over `params` (AdamW with its decoupled weight decay on).
+/// SGD, Adam or AdamW over `params` (AdamW with its decoupled weight decay on); fused-adam and
+/// fused-sgd (with momentum): ampactor's fused ones.
 inline std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const std::string& kind, const std::vector<at::Tensor>& params) {
   if (kind == "adam")
     return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(1e-2));
+  if (kind == "fused-adam")
+    return std::make_unique<ampactor::optim::FusedAdam>(params, torch::optim::AdamOptions(1e-2));
+  if (kind == "fused-sgd")
+    return std::make_unique<ampactor::optim::FusedSGD>(
+        params, torch::optim::SGDOptions(0.05).momentum(0.9));
   if (kind == "adamw")
     return std::make_unique<torch::optim::AdamW>(
         params, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));

@@ -27,8 +27,8 @@ refused "unknown option\|not expected\|--bogus" --bogus
 rm -rf "$out"
 "$demo" --steps 8 --batch 256 --probe-every 2 --overflow-at 3 --spike-length 0 --out "$out" \
   --trace "$out/t.jsonl" >"$out.log" 2>&1 || { cat "$out.log"; fail "short run failed"; }
-for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged fp16-async-lagged-behind fp16-roundpipe \
-  fp16-deepspeed; do
+for m in fp32 fp16-noscale fp16-sync fp16-overlap fp16-async fp16-async-lagged \
+  fp16-async-lagged-behind fp16-roundpipe fp16-deepspeed; do
   [ "$(wc -l <"$out/$m.csv")" -eq 9 ] || fail "$m.csv should have a header and 8 rows"
   [ "$(wc -l <"$out/$m.probe.csv")" -eq 5 ] || fail "$m.probe.csv should have a header and 4 rows (0, 2, 4, 6)"
   skipped=$(awk -F, 'NR > 1 { s += $4 } END { print s + 0 }' "$out/$m.csv")
@@ -38,15 +38,23 @@ for m in fp32 fp16-noscale fp16-sync fp16-async fp16-async-lagged fp16-async-lag
   esac
   [ "$skipped" -eq "$want" ] || fail "$m skipped $skipped steps, expected $want"
 done
-for m in fp16-sync fp16-async fp16-async-lagged fp16-async-lagged-behind fp16-roundpipe fp16-deepspeed; do
+for m in fp16-sync fp16-overlap fp16-async fp16-async-lagged fp16-async-lagged-behind fp16-roundpipe \
+  fp16-deepspeed; do
   [ -s "$out/t.$m.jsonl" ] || fail "no trace for $m"
 done
+# The overlapped backward trains as the synchronous pipeline, bit for bit (the CSVs' last
+# column is each iteration's time).
+[ "$(cut -d, -f1-4 "$out/fp16-sync.csv")" = "$(cut -d, -f1-4 "$out/fp16-overlap.csv")" ] ||
+  fail "fp16-overlap's losses, scales or skips differ from fp16-sync's"
+cmp "$out/fp16-sync.probe.csv" "$out/fp16-overlap.probe.csv" ||
+  fail "fp16-overlap's eval losses differ from fp16-sync's"
 [ -s "$out/summary.csv" ] || fail "no summary.csv"
 
 # Data parallel, where the build has ampactor::distributed: 2 ranks skip what one process skips.
 if "$demo" --help | grep -q -- "--nproc"; then
   refused "has no scaler" --nproc 2 --mode fp32,fp16-sync
   refused "--nproc" --nproc 1
+  refused "fp16-overlap" --nproc 2 --mode fp16-overlap
   rm -rf "$out.dp"
   "$demo" --nproc 2 --steps 8 --batch 256 --probe-every 0 --overflow-at 3 --spike-length 0 \
     --out "$out.dp" >"$out.dp.log" 2>&1 || { cat "$out.dp.log"; fail "--nproc 2 failed"; }
