@@ -29,6 +29,7 @@
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <thread>
 
 #include "bench_util.h"
 
@@ -196,7 +197,11 @@ int main(int argc, char** argv) {
   const double fb = median_of(iter["fb"]), ov = median_of(iter["overlap"]),
                as = median_of(iter["async"]);
   j["ratio_overlap_vs_fb"] = ov / fb;
+  j["ratio_overlap_vs_fb_met"] = ov / fb <= 1.10;
   j["ratio_overlap_vs_async"] = ov / as;
+  j["ratio_overlap_vs_async_met"] = ov / as <= 1.0;
+  j["hardware_threads"] = std::thread::hardware_concurrency();
+  j["batch"] = s.batch;
   j["ratio_sync_vs_fb"] = median_of(iter["sync"]) / fb;
   std::cout << std::setprecision(3) << "overlap / forward+backward: " << ov / fb
             << " (goal <= 1.10: " << (ov / fb <= 1.10 ? "met" : "NOT met")
