@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "fused_fixture.h"
 #include "scale_options.h"
@@ -62,11 +63,12 @@ struct Setup {
   int micro = 1;
   bool hooks = true;
   std::vector<std::vector<std::size_t>> buckets;  // empty: by bucket_bytes
+  bool backward_elsewhere = false;                // backward on a thread of its own
 };
 
 Setup setup(const test::OptConfig& c, at::ScalarType dtype, int micro = 1, bool hooks = true,
             std::vector<std::vector<std::size_t>> buckets = {}) {
-  return Setup{c, dtype, micro, hooks, std::move(buckets)};
+  return Setup{c, dtype, micro, hooks, std::move(buckets), false};
 }
 
 struct Trained {
@@ -104,7 +106,11 @@ Trained train(const Setup& s, bool overlap, const std::string& trace = "") {
     for (int j = 0; j < s.micro; ++j) {
       const bool last = j + 1 == s.micro;
       if (overlap && s.micro > 1) pipe.accumulate(!last);
-      scaler.scale(m.loss(k * 7 + j, spike, k == 10) * blow).backward();
+      const at::Tensor l = scaler.scale(m.loss(k * 7 + j, spike, k == 10) * blow);
+      if (s.backward_elsewhere)
+        std::thread([&] { l.backward(); }).join();
+      else
+        l.backward();
     }
     if (overlap && !s.hooks)
       for (std::size_t b = 0; b < pipe.buckets().size(); ++b)
@@ -204,6 +210,19 @@ TEST_CASE("overlap_backward: its trace replays identically, and holds staleness 
   CHECK(reports(ov) == reports(ref));
   std::remove(ov_path.c_str());
   std::remove(ref_path.c_str());
+}
+
+TEST_CASE("overlap_backward: a backward on another thread makes no bucket ready, and is exact") {
+  Setup s = setup(test::configs()[0], at::kHalf);
+  s.backward_elsewhere = true;
+  const Trained ref = train(s, false), ov = train(s, true);
+  CHECK_FALSE(ov.speculated);  // the hooks fired off the trainer's thread: step() did it all
+  CHECK(ov.scales == ref.scales);
+  CHECK(ov.skipped == ref.skipped);
+  for (std::size_t i = 0; i < ref.masters.size(); ++i)
+    CHECK(test::bits_equal(ov.masters[i], ref.masters[i]));
+  for (std::size_t i = 0; i < ref.state.size(); ++i)
+    CHECK(test::bits_equal(ov.state[i], ref.state[i]));
 }
 
 TEST_CASE("overlap_backward: the second buffers' bytes, the masters' and Adam's state once more") {
