@@ -132,7 +132,9 @@ GradScaler& AsyncOptimizer::scaler() const {
 void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
   check_optimizer(*opt);
   // overlap_backward steps the first fused optimizer made here from the first backward on.
-  if (overlap_ && !overlap_->optimizer() && optim::fused_step_of(*opt)) overlap_->use(*opt);
+  if (overlap_ && !overlap_->optimizer() && optim::fused_step_of(*opt) &&
+      internal::OverlapBackward::holds_in_order(*opt, masters_))
+    overlap_->use(*opt, masters_);
   owned_.push_back(std::move(opt));
 }
 

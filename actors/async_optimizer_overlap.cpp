@@ -111,7 +111,7 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
     internal::OverlapBackward& o;
     ~Reset() { o.reset_iteration(); }
   } reset{o};
-  o.use(opt);
+  o.use(opt, masters_);
   if (o.poisoned()) {
     scaler().run_on_optimizer([&] { optim::fused_step_of(opt)->drop_speculation(); });
     throw ScalerError(errc::protocol_misuse,

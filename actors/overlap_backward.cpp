@@ -90,7 +90,16 @@ OverlapBackward::~OverlapBackward() {
   hub_->overlap = nullptr;  // the hooks stay on the accumulators, doing nothing
 }
 
-void OverlapBackward::use(torch::optim::Optimizer& opt) {
+bool OverlapBackward::holds_in_order(const torch::optim::Optimizer& opt,
+                                     const std::vector<at::Tensor>& masters) {
+  std::size_t i = 0;
+  for (const auto& group : opt.param_groups())
+    for (const at::Tensor& p : group.params())
+      if (i >= masters.size() || !p.is_same(masters[i++])) return false;
+  return i == masters.size();
+}
+
+void OverlapBackward::use(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& masters) {
   if (opt_ == &opt) return;
   if (opt_)
     throw ScalerError(errc::bad_option,
@@ -102,6 +111,11 @@ void OverlapBackward::use(torch::optim::Optimizer& opt) {
                       "AsyncOptimizer (overlap_backward): a bucket's step is written into a "
                       "second buffer, which LibTorch's own optimizers cannot do; use "
                       "ampactor::optim::FusedAdam, FusedAdamW or FusedSGD");
+  // Its steps pair the i-th parameter with the model's i-th gradient and weight.
+  if (!holds_in_order(opt, masters))
+    throw ScalerError(errc::bad_parameters,
+                      "AsyncOptimizer (overlap_backward): the optimizer must hold every master, "
+                      "in the order of optim_parameters() (make_optimizer builds one so)");
   opt_ = &opt;
   fused_ = fused;
 }

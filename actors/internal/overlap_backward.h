@@ -61,8 +61,11 @@ class OverlapBackward {
 
   const std::vector<std::vector<std::size_t>>& buckets() const { return buckets_; }
   /// The optimizer the buckets are stepped with: the first fused one the pipeline makes or is
-  /// stepped with; another one later is refused.
-  void use(torch::optim::Optimizer& opt);
+  /// stepped with, holding every master in order; another one later is refused.
+  void use(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& masters);
+  /// Whether opt's parameters, in param-group order, are exactly `masters`.
+  static bool holds_in_order(const torch::optim::Optimizer& opt,
+                             const std::vector<at::Tensor>& masters);
   torch::optim::Optimizer* optimizer() const { return opt_; }
 
   // ---- main thread ----

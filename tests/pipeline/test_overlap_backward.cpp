@@ -292,7 +292,40 @@ TEST_CASE("overlap_backward: options it cannot run with are refused, naming why"
   } catch (const ScalerError& e) {
     CHECK(std::string(e.what()).find("FusedAdam, FusedAdamW or FusedSGD") != std::string::npos);
   }
+  // A fused optimizer over the masters in another order: its steps would pair them with the
+  // wrong gradients.
+  AsyncOptimizer pipe2(m.p, scaler, ov);
+  std::vector<at::Tensor> reversed(pipe2.optim_parameters().rbegin(),
+                                   pipe2.optim_parameters().rend());
+  optim::FusedSGD shuffled(reversed, torch::optim::SGDOptions(0.1));
+  try {
+    pipe2.step(shuffled, [&] { scaler.step(shuffled); });
+    FAIL("an optimizer over the masters in another order was accepted");
+  } catch (const ScalerError& e) {
+    CHECK(std::string(e.what()).find("in the order of optim_parameters()") != std::string::npos);
+  }
   AsyncOptimizer plain(m.p, scaler, AsyncOptimizerOptions().staleness(0));
   CHECK_THROWS_AS(plain.grads_ready(0), ScalerError);
   CHECK(plain.overlap_bytes() == 0);
+}
+
+TEST_CASE("overlap_backward: with the scaler disabled it steps as staleness 0 does, bit for bit") {
+  std::vector<at::Tensor> result[2];
+  for (int overlap = 0; overlap < 2; ++overlap) {
+    Model m(at::kFloat);
+    GradScaler scaler(GradScalerOptions().enabled(false));
+    AsyncOptimizer pipe(m.p, scaler,
+                        AsyncOptimizerOptions().staleness(0).overlap_backward(overlap == 1));
+    auto& opt = pipe.make_optimizer<optim::FusedAdamW>(torch::optim::AdamWOptions(1e-2));
+    for (int k = 0; k < 5; ++k) {
+      m.zero_grad();
+      scaler.scale(m.loss(k, 0, false)).backward();
+      pipe.step(opt, [&] { scaler.step(opt); });
+      scaler.update();
+    }
+    pipe.sync();
+    result[overlap] = test::clones(pipe.optim_parameters());
+  }
+  for (std::size_t i = 0; i < result[0].size(); ++i)
+    CHECK(test::bits_equal(result[1][i], result[0][i]));
 }
