@@ -2,6 +2,7 @@
 
 #include <ampactor/core/errors.h>
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 
@@ -62,6 +63,13 @@ void pair_weight(Slot& s, const at::Tensor& w, std::size_t i, const char* who) {
   if (w.sizes() != s.p.sizes())
     throw ScalerError(errc::bad_parameters,
                       at_param(who, "weight", i) + "does not have its parameter's shape");
+  // An expanded weight (stride 0) cannot take one value per element: refused before any write,
+  // as copy_ would refuse it only after the master was stepped.
+  if (at::has_internal_overlap(w) == at::MemOverlap::Yes)
+    throw ScalerError(errc::bad_parameters,
+                      at_param(who, "weight", i) +
+                          "has elements that share memory (an expanded tensor?): each element "
+                          "needs its own");
   if (!w.is_same(s.p)) {
     if (w.is_alias_of(s.p) || (s.grad.defined() && w.is_alias_of(s.grad)))
       throw ScalerError(errc::bad_parameters, at_param(who, "weight", i) +

@@ -198,6 +198,20 @@ TEST_CASE("bad input to a fused step is refused by name and changes nothing") {
         f.step_scaled(ScaledStep().weights({ps[0].detach(), ps[1], ps[2]}));
       },
       errc::bad_parameters, "weight 0 shares memory with its parameter");
+  // An expanded weight (stride 0), for a master of each path: refused before anything is
+  // stepped (copy_ into it would throw only after the master was).
+  refused(
+      [&] {
+        f.step_scaled(ScaledStep().weights(
+            {ps[0].to(at::kHalf), at::ones({1}, at::kHalf).expand(ps[1].sizes()), ps[2]}));
+      },
+      errc::bad_parameters, "weight 1 has elements that share memory");
+  refused(
+      [&] {
+        f.speculate(ScaledStep().grads(g).weights(
+            {at::ones({1}).expand(ps[0].sizes()), at::Tensor(), at::Tensor()}));
+      },
+      errc::bad_parameters, "weight 0 has elements that share memory");
   refused([&] { f.step_scaled(ScaledStep().found_inf(at::zeros({2}))); }, errc::bad_parameters,
           "found_inf must be a 1-element fp32 CPU tensor");
   refused([&] { ScaledStep().inv_scale(std::numeric_limits<float>::infinity()); }, errc::bad_option,
