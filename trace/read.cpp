@@ -201,6 +201,23 @@ void read_trailer(const json& j, std::size_t events) {
 
 }  // namespace
 
+namespace {
+
+/// A trace's JSON nests a few levels (the header's rule options are the deepest); a line that
+/// nests deeper is refused as it is parsed, before any deep value exists to print or destroy
+/// recursively (a 170 KB line of brackets crashed the reader's error text).
+constexpr int kMaxDepth = 32;
+
+json parse_line(const std::string& text) {
+  return json::parse(text, [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxDepth)
+      throw Bad("the JSON nests deeper than " + std::to_string(kMaxDepth) + " levels");
+    return true;
+  });
+}
+
+}  // namespace
+
 Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
   Trace t;
   std::string text;
@@ -233,7 +250,7 @@ Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
     }
     std::string why;
     try {
-      const json j = json::parse(text);
+      const json j = parse_line(text);
       if (!have_header) {
         t.header = read_header(j);
         have_header = true;

@@ -351,6 +351,25 @@ TEST_CASE("counted step jobs that fail short of their unscale record and replay 
   CHECK(all_of<UpdateApplied>(t).size() == 16);
 }
 
+TEST_CASE("a line that nests deeply is refused with its line number, not a crash") {
+  const std::vector<std::string> good = lines_of(slurp(golden("overflow_exact.jsonl")));
+  const std::string deep = std::string(85000, '[') + std::string(85000, ']');
+  for (std::size_t at : {std::size_t(0), std::size_t(1)}) {  // in the header, in a message
+    CAPTURE(at);
+    std::vector<std::string> bad = good;
+    const std::size_t brace = bad[at].rfind('}');
+    bad[at] = bad[at].substr(0, brace) + ",\"extra\":" + deep + "}";
+    std::istringstream in(join(bad));
+    try {
+      parse_trace(in, "deep.jsonl");
+      FAIL("a trace nested 85000 levels deep was read");
+    } catch (const TraceError& e) {
+      CHECK(e.line() == at + 1);
+      CHECK(std::string(e.what()).find("nests deeper than") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("record_trace refuses a path it cannot create") {
   CHECK_THROWS_AS(record_trace((scratch() / "no-such-dir" / "t.jsonl").string()),
                   std::runtime_error);
