@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <unordered_set>
 
 namespace ampactor::internal {
 
@@ -192,12 +194,11 @@ ClassDef read_attributes(const std::vector<std::string>& lines, const std::strin
 
 /// The names must be ones LibTorch's parser reads back as the same names, each once.
 void check_names(const ClassDef& c, const std::string& bad) {
-  for (std::size_t i = 0; i < c.names.size(); ++i) {
-    const std::string& n = c.names[i];
+  std::unordered_set<std::string_view> seen;  // linear: a code record may declare a million
+  for (const std::string& n : c.names) {
     if (!is_quotable(n) || (is_identifier(n) && is_reserved(n)))
       refuse(bad + "has an attribute named '" + shown(n) + "', which ampactor never writes");
-    for (std::size_t j = 0; j < i; ++j)
-      if (c.names[j] == n) refuse(bad + "declares '" + shown(n) + "' twice");
+    if (!seen.insert(n).second) refuse(bad + "declares '" + shown(n) + "' twice");
   }
 }
 
@@ -207,10 +208,11 @@ std::string print_class(const ClassDef& c, const std::vector<std::string>& param
                         const std::vector<std::string>& buffers, const std::string& bad) {
   std::string again = "class Module(Module):\n  __parameters__ = [";
   std::string buffer_list = "]\n  __buffers__ = [", body;
+  const std::unordered_set<std::string_view> param_set(params.begin(), params.end()),
+      buffer_set(buffers.begin(), buffers.end());
   for (std::size_t i = 0; i < c.names.size(); ++i) {
     const std::string& n = c.names[i];
-    const bool param = std::count(params.begin(), params.end(), n) > 0,
-               buffer = std::count(buffers.begin(), buffers.end(), n) > 0;
+    const bool param = param_set.count(n) > 0, buffer = buffer_set.count(n) > 0;
     if ((param || buffer) && c.types[i].kind != TypeExpr::Tensor)
       refuse(bad + "lists '" + shown(n) + "' as a tensor, which it is not");
     if (param) again += "\"" + n + "\", ";
