@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 namespace ampactor {
 
@@ -36,6 +37,16 @@ void check_fits_float(double v, errc code) {
     throw ScalerError(code, texts::float_overflow);
 }
 
+void check_reciprocal_finite(float scale, errc code, const char* what) {
+  if (std::isfinite(static_cast<float>(1.0 / double(scale)))) return;  // 0 included: 1/0 is inf
+  std::ostringstream s;
+  s << what << " must be at least " << 1.0 / double(std::numeric_limits<float>::max())
+    << " as a float (its reciprocal, the unscale factor, must be a finite float; below it every "
+       "finite gradient unscales to inf or NaN), got "
+    << show_value(double(scale));
+  throw ScalerError(code, s.str());
+}
+
 void check_init_scale(double v) {
   if (!(v > 0.0) || !std::isfinite(v))
     throw ScalerError(errc::bad_init_scale,
@@ -52,6 +63,7 @@ GradScalerOptions& GradScalerOptions::init_scale(double v) {
     throw ScalerError(
         errc::bad_init_scale,
         "The initial scale must be finite and nonzero as a float. Got " + show_value(v) + ".");
+  check_reciprocal_finite(static_cast<float>(v), errc::bad_init_scale, "The initial scale");
   init_scale_ = v;
   return *this;
 }

@@ -51,6 +51,7 @@ void load_state_dict(ScaleState& state, const StateDict& sd) {
     throw ScalerError(
         errc::bad_state_dict,
         "state_dict['scale'] must be finite and > 0 as a float, got " + show_value(scale));
+  check_reciprocal_finite(static_cast<float>(scale), errc::bad_state_dict, "state_dict['scale']");
   if (tracker < 0 || tracker > INT32_MAX)
     throw ScalerError(
         errc::bad_state_dict,

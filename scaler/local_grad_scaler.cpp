@@ -85,6 +85,7 @@ void check_new_scale(double new_scale) {
     s << "new_scale must be finite and > 0.0, got " << new_scale;
     throw ScalerError(errc::bad_new_scale, s.str());
   }
+  check_reciprocal_finite(static_cast<float>(new_scale), errc::bad_new_scale, "new_scale");
 }
 
 double new_scale_value(const at::Tensor& new_scale) {

@@ -112,7 +112,14 @@ TEST_CASE("GradScalerOptions: the setters take what a disabled scaler may hold")
   // Beyond float's range, as c10 refuses to convert it (even where it would round to the max).
   CHECK(refused([](O& o) { o.init_scale(std::nextafter(flt_max, kInf)); }) == errc::bad_init_scale);
   CHECK(refused([](O& o) { o.init_scale(0x1.ffffffp127); }) == errc::bad_init_scale);
-  CHECK(refused([](O& o) { o.init_scale(1e-45); }) == errc{});  // float's smallest denormal
+  // A scale whose reciprocal is not a finite float (below 1 / FLT_MAX, about 2.9389e-39) would
+  // unscale every finite gradient to inf: refused, whether enabled or not; just above, taken.
+  CHECK(refused([](O& o) { o.init_scale(1e-45); }) == errc::bad_init_scale);
+  CHECK(refused([](O& o) { o.init_scale(2.9e-39); }) == errc::bad_init_scale);
+  CHECK_THROWS_WITH_AS(O().init_scale(2.9e-39),
+                       doctest::Contains("its reciprocal, the unscale factor, must be a finite"),
+                       ScalerError);
+  CHECK(refused([](O& o) { o.init_scale(2.95e-39); }) == errc{});
   CHECK(refused([](O& o) { o.growth_factor(0.5); }) == errc{});
   CHECK(refused([](O& o) { o.backoff_factor(-2); }) == errc{});
   CHECK(refused([](O& o) { o.growth_interval(i32_max); }) == errc{});

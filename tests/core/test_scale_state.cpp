@@ -218,6 +218,7 @@ TEST_CASE("load_state_dict refuses bad dicts and changes nothing") {
       with("growth_interval", std::int64_t(0)),
       with("scale", NAN),
       with("scale", -1.0),
+      with("scale", 2.9e-39),  // its reciprocal is not a finite float
       with("_growth_tracker", std::int64_t(-1)),
   };
   for (const StateDict& sd : bad) {

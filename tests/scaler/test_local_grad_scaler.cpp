@@ -323,6 +323,8 @@ TEST_CASE("misuse raises torch's texts and changes nothing") {
     CHECK_THROWS_WITH(s.update(at::ones({1}, at::kInt)), text);
     CHECK(code_of([&] { s.update(-1.0); }) == errc::bad_new_scale);
     CHECK(code_of([&] { s.update(double(NAN)); }) == errc::bad_new_scale);
+    CHECK(code_of([&] { s.update(2.9e-39); }) == errc::bad_new_scale);  // 1 / it: inf as a float
+    CHECK(code_of([&] { s.update(1e-46); }) == errc::bad_new_scale);    // 0 as a float
     CHECK(s.get_scale() == 8.0);
     at::Tensor t = at::full({1}, 3.0f);
     s.update(t);
@@ -390,8 +392,13 @@ TEST_CASE(
                          ScalerError);
     CHECK(s.state_dict() == before);
   }
+  // A subnormal float: positive, but its reciprocal is no finite float (the unscale would turn
+  // every gradient into inf or NaN): refused. A tiny normal one, a scale that decayed, loads.
   StateDict tiny = before;
-  tiny.set("scale", 1e-40);  // a subnormal float: a scale that decayed, still positive
+  tiny.set("scale", 1e-40);
+  CHECK_THROWS_WITH_AS(s.load_state_dict(tiny), doctest::Contains("its reciprocal"), ScalerError);
+  CHECK(s.state_dict() == before);
+  tiny.set("scale", 1e-37);
   s.load_state_dict(tiny);
-  CHECK(s.get_scale() > 0.0);
+  CHECK(float(s.get_scale()) == 1e-37f);
 }
