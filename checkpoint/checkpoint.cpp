@@ -55,17 +55,27 @@ class AtomicFile {
     if (fd_ >= 0) ::close(fd_);
     if (!committed_) ::unlink(tmp_.c_str());
   }
-  std::size_t write(const void* data, std::size_t n) {
+  /// LibTorch's zip writer calls this, also from its destructor (the zip's directory), where an
+  /// exception would terminate the process: a failed write (a full disk, a file size limit) is
+  /// remembered and reported by check() or commit(), once the writer is done.
+  std::size_t write(const void* data, std::size_t n) noexcept {
     const char* p = static_cast<const char*>(data);
-    for (std::size_t left = n; left > 0;) {
+    for (std::size_t left = n; left > 0 && !error_;) {
       const ssize_t w = ::write(fd_, p, left);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) io_error("cannot write checkpoint file", tmp_);
-      p += w, left -= static_cast<std::size_t>(w);
+      if (w < 0) error_ = errno;
+      if (w > 0) p += w, left -= static_cast<std::size_t>(w);
     }
     return n;
   }
+  /// Throws ScalerError(bad_checkpoint) naming the file if a write failed.
+  void check() const {
+    if (!error_) return;
+    errno = error_;
+    io_error("cannot write checkpoint file", tmp_);
+  }
   void commit() {
+    check();
     if (::fsync(fd_) != 0) io_error("cannot flush checkpoint file", tmp_);
     if (::close(fd_) != 0) {
       fd_ = -1;
@@ -83,6 +93,7 @@ class AtomicFile {
  private:
   std::string path_, tmp_;
   int fd_ = -1;
+  int error_ = 0;  // errno of the first failed write
   bool committed_ = false;
 };
 
@@ -148,6 +159,7 @@ void save_atomically(torch::serialize::OutputArchive& archive, const std::string
   } catch (const ScalerError&) {
     throw;
   } catch (const std::exception& e) {
+    file.check();  // a failed write is the cause, when there was one
     throw ScalerError(errc::bad_checkpoint,
                       "cannot write checkpoint '" + path + "': " + first_line(e.what()));
   }

@@ -10,7 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -171,6 +174,53 @@ TEST_CASE("save_atomically: an unwritable path is refused by name, the old file 
   CHECK(code_of([&] { save_atomically(a, dir / "ckpt-dir"); }) == errc::bad_checkpoint);
   CHECK(read_bytes(dir / "ckpt.pt") == old);
   CHECK(ampactor::test::list_dir(dir) == std::vector<std::string>{"ckpt-dir", "ckpt.pt"});
+}
+
+namespace {
+
+/// Writes past `bytes` fail with EFBIG (as on a full disk, ENOSPC) while it lives: the process's
+/// file size limit, with SIGXFSZ ignored so that the write returns the error.
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old);
+    rlimit lim = old;
+    lim.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old);
+    std::signal(SIGXFSZ, old_handler);
+  }
+  rlimit old{};
+  void (*old_handler)(int) = nullptr;
+};
+
+}  // namespace
+
+TEST_CASE("save_atomically and write_torch_state_dict on a full disk: refused, nothing left") {
+  TempDir dir;
+  const std::vector<char> old = sample_archive();
+  write_bytes(dir / "ckpt.pt", old);
+  torch::serialize::OutputArchive a;
+  a.write("w", torch::arange(100000, torch::kFloat));  // 400 kB: beyond the limit below
+  LocalGradScaler scaler;
+  {
+    FileSizeLimit limit(64 << 10);
+    // It threw from inside LibTorch's zip writer, which terminated the process (SIGABRT).
+    const std::string says =
+        "cannot write checkpoint file '" + dir / "ckpt.pt.tmp" + "': File too large";
+    CHECK_THROWS_WITH_AS(save_atomically(a, dir / "ckpt.pt"), doctest::Contains(says.c_str()),
+                         ScalerError);
+  }
+  CHECK(read_bytes(dir / "ckpt.pt") == old);  // the old checkpoint stays, no temporary is left
+  CHECK(ampactor::test::list_dir(dir) == std::vector<std::string>{"ckpt.pt"});
+  {
+    FileSizeLimit limit(100);  // the state_dict's file is about 1 kB
+    CHECK(code_of([&] { write_torch_state_dict(scaler.state_dict(), dir / "sd.pt"); }) ==
+          errc::bad_checkpoint);
+  }
+  CHECK(ampactor::test::list_dir(dir) == std::vector<std::string>{"ckpt.pt"});
 }
 
 TEST_CASE("save_atomically writes what load_checkpoint reads") {
