@@ -162,6 +162,7 @@ struct IterationState {
   bool failed = false;
   errc code = errc::step_failed;
   std::string what;
+  std::int32_t more_failures = 0;  // after the first
   std::int32_t cancelled = 0;
 };
 
@@ -227,7 +228,17 @@ void subscribe(optimizer_ptr self, trainer_actor who, bool steps) {
 }
 
 void record_failure(IterationState& it, errc code, std::string what) {
-  if (it.failed) return;  // the first failure is the one reported
+  // The first failure is the one reported (its code); later ones of the same iteration are named
+  // in its text, so that none is lost in silence (a few of them: their number beyond that).
+  constexpr std::int32_t kNamed = 8;
+  if (it.failed) {
+    ++it.more_failures;
+    if (it.more_failures <= kNamed)
+      it.what += "\n  also failed in this iteration: " + what;
+    else if (it.more_failures == kNamed + 1)
+      it.what += "\n  (and more failures in this iteration)";
+    return;
+  }
   it.failed = true;
   it.code = code;
   it.what = std::move(what);

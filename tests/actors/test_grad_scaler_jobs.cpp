@@ -297,6 +297,41 @@ TEST_CASE(
         std::string::npos);
 }
 
+TEST_CASE("every failed job of an iteration is reported, the first one's code kept") {
+  GradScaler scaler(opts(128, 2, 0.5, 1));
+  scaler.scale(at::ones({1}));
+  scaler.submit([] { throw ScalerError(errc::invalid_gradients, "job 0 fails"); });
+  scaler.submit([] { throw std::runtime_error("job 1 fails"); });
+  scaler.submit([] {});
+  scaler.submit([] { throw std::runtime_error("job 3 fails"); });
+  scaler.finish_jobs();
+  std::string text;
+  errc code{};
+  try {
+    scaler.update();
+    scaler.sync();
+  } catch (const ScalerError& e) {
+    text = e.what(), code = e.code();
+  }
+  CHECK(code == errc::invalid_gradients);
+  CHECK(text.rfind("job 0 fails", 0) == 0);
+  CHECK(text.find("also failed in this iteration: job 1 fails") != std::string::npos);
+  CHECK(text.find("also failed in this iteration: job 3 fails") != std::string::npos);
+  CHECK_NOTHROW(scaler.sync());  // reported once
+  // At destruction, an open iteration's failures are all written to stderr.
+  std::ostringstream err;
+  std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+  {
+    GradScaler last(opts(128, 2, 0.5, 1));
+    last.scale(at::ones({1}));
+    last.submit([] { throw std::runtime_error("first of the last"); });
+    last.submit([] { throw std::runtime_error("second of the last"); });
+  }
+  std::cerr.rdbuf(old);
+  CHECK(err.str().find("first of the last") != std::string::npos);
+  CHECK(err.str().find("also failed in this iteration: second of the last") != std::string::npos);
+}
+
 TEST_CASE("update(new_scale) in an iteration whose job fails or is cancelled changes nothing") {
   SUBCASE("the job fails") {
     GradScaler scaler(opts(128, 2, 0.5, 1));
