@@ -3,14 +3,18 @@
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
+#include <ampactor/kernels/fused_step.h>
 #include "internal/host_offload.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/api/include/torch/serialize/input-archive.h>
 #include <torch/csrc/api/include/torch/serialize/output-archive.h>
 
 #include <c10/util/StringUtil.h>
 
+#include <cstdlib>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -69,8 +73,26 @@ std::vector<at::Tensor> read_list(torch::serialize::InputArchive& archive, const
 
 }  // namespace
 
+namespace {
+
+/// What a bit-for-bit resume also needs: the LibTorch thread counts of the trainer and the
+/// optimizer thread (a matmul's or a reduction's blocking follows them) and the CPU kernels (the
+/// fused steps' variant, ATen's capability override). Written with the checkpoint, compared on
+/// load: a mismatch loads, with a warning.
+std::string run_setup(GradScaler& scaler) {
+  int optimizer_threads = 0;
+  scaler.run_on_optimizer([&] { optimizer_threads = at::get_num_threads(); });
+  const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
+  return "trainer threads " + std::to_string(at::get_num_threads()) + ", optimizer threads " +
+         std::to_string(optimizer_threads) + ", fused steps " + kernels::fused_step_variant() +
+         ", ATEN_CPU_CAPABILITY " + (cap ? cap : "unset");
+}
+
+}  // namespace
+
 void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
   scaler().run_on_optimizer([] {});  // every step in flight has run: the masters hold still
+  archive.write("setup", c10::IValue(run_setup(scaler())));
   archive.write("format", c10::IValue(format_version));
   archive.write("staleness", c10::IValue(std::int64_t(options_.staleness())));
   archive.write("weights_behind", c10::IValue(behind_));
@@ -92,6 +114,13 @@ void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
   std::vector<at::Tensor> spare;
   if (!spare_.empty()) spare = read_list(archive, "spare", spare_, false);
   const bool weights_behind = behind.toBool();
+  if (c10::IValue setup; archive.try_read("setup", setup) && setup.isString()) {
+    const std::string here = run_setup(scaler());
+    if (setup.toStringRef() != here)
+      std::cerr << "ampactor: this checkpoint was written with " << setup.toStringRef()
+                << "; this process has " << here
+                << ". The run continues, but bit for bit only with the same ones.\n";
+  }
   scaler().run_on_optimizer([&] {
     at::AutoGradMode no_grad(false);
     for (std::size_t i = 0; i < masters_.size(); ++i)

@@ -6,6 +6,7 @@
 
 #include <torch/serialize.h>
 
+#include <iostream>
 #include <sstream>
 
 #include "archive_fixture.h"
@@ -142,6 +143,32 @@ TEST_CASE(
     // The run did skip and back off, so the scaler's part of the checkpoint mattered.
     CHECK(plain.scaler.get_double("scale") < 65536.0);
   }
+}
+
+TEST_CASE("A checkpoint records the thread counts and CPU kernels; loading under others warns") {
+  HalfMlp m;
+  GradScaler scaler;
+  AsyncOptimizer pipe(m.p, scaler, AsyncOptimizerOptions().staleness(0));
+  const int threads = at::get_num_threads();
+  torch::serialize::OutputArchive out;
+  pipe.save(out);
+  const std::string bytes = ampactor::test::bytes_of(out);
+  auto load_and_tell = [&] {
+    std::ostringstream err;
+    std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+    torch::serialize::InputArchive in = ampactor::test::archive_of(bytes);
+    pipe.load(in);
+    std::cerr.rdbuf(old);
+    return err.str();
+  };
+  CHECK(load_and_tell().empty());  // the same setup: nothing to say
+  at::set_num_threads(threads + 1);
+  const std::string said = load_and_tell();
+  at::set_num_threads(threads);
+  CHECK(said.find("this checkpoint was written with trainer threads " + std::to_string(threads)) !=
+        std::string::npos);
+  CHECK(said.find("this process has trainer threads " + std::to_string(threads + 1)) !=
+        std::string::npos);
 }
 
 TEST_CASE(
