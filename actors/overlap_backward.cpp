@@ -15,6 +15,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <string>
+#include <utility>
 
 namespace ampactor::internal {
 namespace {
@@ -54,6 +55,12 @@ void check_by_dtype(const std::vector<at::Tensor>& grads, at::Tensor& found,
 
 }  // namespace
 
+// LibTorch 1.13 hands out an accumulator as a std::shared_ptr, later ones as an intrusive_ptr.
+struct OverlapBackward::Accumulators {
+  std::vector<decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()))>
+      nodes;
+};
+
 OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
                                  std::vector<std::vector<std::size_t>> buckets, bool hooks)
     : scaler_(scaler),
@@ -61,6 +68,7 @@ OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tenso
       buckets_(std::move(buckets)),
       bucket_of_(model.size()),
       hub_(std::make_shared<OverlapHub>()),
+      accumulators_(std::make_unique<Accumulators>()),
       main_(std::this_thread::get_id()) {
   at::AutoGradMode no_grad(false);
   for (const at::Tensor& p : model_)
@@ -77,11 +85,11 @@ OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tenso
                               " is not a leaf that requires grad, so backward never says when "
                               "its gradient is final; pass ready_by_hooks(false) and call "
                               "grads_ready() instead");
-      accumulators_.push_back(torch::autograd::impl::grad_accumulator(model_[i]));
+      accumulators_->nodes.push_back(torch::autograd::impl::grad_accumulator(model_[i]));
     }
   // Installed only once every check has passed: a constructor that throws leaves no hook.
-  for (std::size_t i = 0; i < accumulators_.size(); ++i)
-    accumulators_[i]->add_post_hook(std::make_unique<ReadyHook>(hub_, i));
+  for (std::size_t i = 0; i < accumulators_->nodes.size(); ++i)
+    accumulators_->nodes[i]->add_post_hook(std::make_unique<ReadyHook>(hub_, i));
   hub_->overlap = this;
   reset_iteration();
 }

@@ -15,9 +15,6 @@
 #include <utility>
 #include <vector>
 
-namespace torch::autograd {
-struct Node;
-}
 namespace torch::optim {
 class Optimizer;
 }
@@ -103,7 +100,8 @@ class OverlapBackward {
   torch::optim::Optimizer* opt_ = nullptr;
   optim::FusedStep* fused_ = nullptr;
   std::shared_ptr<OverlapHub> hub_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive, as DDP's
+  struct Accumulators;  // the parameters' gradient accumulators, kept alive as DDP's Reducer does
+  std::unique_ptr<Accumulators> accumulators_;
   std::thread::id main_;
   // Main thread.
   bool accumulating_ = false;
