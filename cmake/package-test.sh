@@ -10,9 +10,11 @@ mkdir -p "$work"
 if [ "$mode" = subproject ]; then
   echo "== add_subdirectory(ampactor)"
   cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
-    -DCMAKE_PREFIX_PATH="$prefix_path" >"$work/sub-configure.log"
-  # A subproject builds no tests, benches, demo or tools, and leaves the build type alone.
+    -DCMAKE_PREFIX_PATH="$prefix_path" >"$work/sub-configure.log" 2>&1
+  # A subproject builds no tests, benches, demo or tools, and leaves the build type alone, saying
+  # that none means no optimisation.
   ! grep -q "tests=ON\|bench=ON" "$work/sub-configure.log"
+  grep -q "the parent project sets no CMAKE_BUILD_TYPE" "$work/sub-configure.log"
   cmake --build "$work/sub" -j 2 >"$work/sub-build.log"
   test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
   "$work/sub/local_scaler"
