@@ -1,6 +1,9 @@
 // The asynchronous optimizer pipeline: the deferred grad move and grad adoption.
 #include "async_optimizer_fixture.h"
 
+#include <iostream>
+#include <sstream>
+
 namespace {
 
 /// Parameters, scale and skips of n staleness-1 iterations (overflow at poisoned ones).
@@ -235,4 +238,36 @@ TEST_CASE("defer_grad_move with a disabled scaler: the grads move unscaled, as w
   CHECK_FALSE(got[0][0].equal(Mlp().p[0].detach()));  // it trained
   for (std::size_t i = 0; i < got[0].size(); ++i)
     CHECK(got[1][i].equal(got[0][i]));
+}
+
+TEST_CASE("step() warns once when the model's gradients were added to the last step's") {
+  // opt.zero_grad() clears the masters' gradients, which the pipeline never reads; the model's
+  // own then grow step after step. Cleared in place or set to none, nothing is said.
+  auto stderr_of = [](int how) {  // 0: the optimizer's zero_grad, 1: the model's, 2: in place
+    Mlp model;
+    GradScaler scaler(opts(1024, 2, 0.5, 100));
+    AsyncOptimizer pipe(model.p, scaler, AsyncOptimizerOptions().staleness(0));
+    torch::optim::SGD opt(pipe.optim_parameters(), torch::optim::SGDOptions(0.01));
+    std::ostringstream err;
+    std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+    for (iteration_t k = 0; k < 4; ++k) {
+      if (how == 0) opt.zero_grad();
+      if (how == 1) model.zero_grad();
+      if (how == 2)
+        for (at::Tensor& p : model.p)
+          if (p.grad().defined()) p.mutable_grad().zero_();
+      scaler.scale(model.loss(k, false)).backward();
+      pipe.step(opt, [&] { scaler.step(opt); });
+      scaler.update();
+    }
+    pipe.sync();
+    std::cerr.rdbuf(old);
+    return err.str();
+  };
+  const std::string said = stderr_of(0);
+  const std::string what = "the model's gradient 0 was added to the last step's";
+  CHECK(said.find(what) != std::string::npos);
+  CHECK(said.find(what) == said.rfind(what));  // once
+  CHECK(stderr_of(1).empty());
+  CHECK(stderr_of(2).empty());
 }

@@ -218,6 +218,14 @@ class AsyncOptimizer {
   bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
   std::unique_ptr<internal::HostOffload> offload_;      // master_device CPU, the model elsewhere
   std::unique_ptr<internal::OverlapBackward> overlap_;  // overlap_backward
+  /// Each model gradient as step() last saw it (a weak reference: its address is not reused)
+  /// and its version, to tell gradients never cleared since (warn_uncleared_grads).
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> last_grads_;
+  std::vector<std::int64_t> last_versions_;
+  bool warned_uncleared_ = false;
+  /// Warns once on stderr when a model gradient is the last step's, accumulated onto once: the
+  /// optimizer's zero_grad() (over the masters) was called instead of the model's.
+  void warn_uncleared_grads();
   std::vector<std::shared_ptr<torch::optim::Optimizer>> owned_;  // make_optimizer's
 };
 
