@@ -3,7 +3,6 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
-#include <ampactor/kernels/unscale.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/scaler/step_tracker.h>
 
@@ -34,24 +33,6 @@ struct ReadyHook : torch::autograd::FunctionPostHook {
   std::shared_ptr<OverlapHub> hub;
   std::size_t index;
 };
-
-/// check_finite of `grads` into `found`, one absmax per dtype (a size is only comparable with
-/// its own dtype's largest value), as the scaler's own check measures them.
-void check_by_dtype(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax) {
-  std::vector<std::pair<at::ScalarType, std::vector<at::Tensor>>> groups;
-  for (const at::Tensor& g : grads) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& e) { return e.first == g.scalar_type(); });
-    if (it == groups.end()) it = groups.insert(groups.end(), {g.scalar_type(), {}});
-    it->second.push_back(g);
-  }
-  for (auto& [dtype, list] : groups) {
-    at::Tensor a = at::zeros({}, at::kFloat);
-    kernels::check_finite(list, found, a);
-    absmax.emplace_back(dtype_max_of(dtype), a);
-  }
-}
 
 }  // namespace
 
@@ -190,7 +171,7 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
     for (const at::Tensor& g : grads)
       if (g.defined()) defined.push_back(g);
     at::Tensor f = at::zeros({}, at::kFloat);
-    check_by_dtype(defined, f, absmax_);
+    check_measured(defined, f, absmax_);
     for (std::size_t i : buckets_[b])
       checked_[i] = true;
     found_ = found_ || f.item<float>() != 0;
@@ -217,7 +198,7 @@ void OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at:
     for (std::size_t i = 0; i < grads.size(); ++i)
       if (!checked_[i] && grads[i].defined()) rest.push_back(grads[i]);
     at::Tensor f = at::zeros({}, at::kFloat);
-    check_by_dtype(rest, f, absmax_);
+    check_measured(rest, f, absmax_);
     const bool found = found_ || f.item<float>() != 0;
     job->record_fused_check_(opt, grads, spare_, at::full({}, found ? 1.0f : 0.0f, at::kFloat),
                              absmax_);

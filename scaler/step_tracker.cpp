@@ -103,15 +103,6 @@ void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at:
   }
 }
 
-/// check_finite of `grads` into `found`, measuring them (absmax per dtype).
-void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax) {
-  if (measure_mixed(grads, found, absmax)) return;
-  at::Tensor a = zero_on(found.device());
-  kernels::check_finite(grads, found, a);
-  if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
-}
-
 /// The found_inf a fused step takes: the sum over devices (its masters are all on the CPU).
 at::Tensor found_on_cpu(const OptimizerRecord& rec) {
   if (rec.found_inf_per_device.size() == 1 && rec.found_inf_per_device[0].first.is_cpu())
@@ -120,6 +111,14 @@ at::Tensor found_on_cpu(const OptimizerRecord& rec) {
 }
 
 }  // namespace
+
+void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
+                    std::vector<std::pair<double, at::Tensor>>& absmax) {
+  if (measure_mixed(grads, found, absmax)) return;
+  at::Tensor a = zero_on(found.device());
+  kernels::check_finite(grads, found, a);
+  if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
+}
 
 Unscaled StepTracker::check_grads(torch::optim::Optimizer& opt) const {
   std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> per_device;

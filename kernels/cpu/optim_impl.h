@@ -56,6 +56,15 @@ inline void store1(void* p, std::int64_t i, float x) {
 
 #include "optim_vec.h"
 
+// Where a step writes: its outputs, or over its inputs (in place) where a span has none.
+struct Dest {
+  float *p, *m, *v, *vmax;
+};
+inline Dest dest_of(const StepSpan& s) {
+  return {s.param_out ? s.param_out : s.param, s.m_out ? s.m_out : s.m, s.v_out ? s.v_out : s.v,
+          s.vmax_out ? s.vmax_out : s.vmax};
+}
+
 // Where the division by sqrt_bc2 may be the multiply below: every valid beta2 (0 <= beta2 < 1 in
 // double) gives sqrt_bc2 in [2^-26.5, 1]; other values (a param group's own unchecked betas)
 // divide.
@@ -99,10 +108,7 @@ std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, st
   const float* m = s.m;
   const float* v = s.v;
   const float* vmax = s.vmax;
-  float* po = s.param_out ? s.param_out : s.param;
-  float* mo = s.m_out ? s.m_out : s.m;
-  float* vo = s.v_out ? s.v_out : s.v;
-  float* vmaxo = s.vmax_out ? s.vmax_out : s.vmax;
+  const Dest o = dest_of(s);
   const bool recip = c.reciprocal && recip_ok(c.sqrt_bc2);
   const V inv = T::set1(c.inv), wd = T::set1(c.wd), decay = T::set1(c.decay), b1 = T::set1(c.b1),
           omb1 = T::set1(c.omb1), b2 = T::set1(c.b2), omb2 = T::set1(c.omb2),
@@ -115,16 +121,16 @@ std::int64_t adam_vec(const StepSpan& s, const AdamConsts& c, std::int64_t i, st
     if (c.decoupled) x = T::mul(x, decay);
     const V mi = T::fmadd(g, omb1, T::mul(T::load(m + j), b1));
     V vi = T::fmadd(T::mul(omb2, g), g, T::mul(T::load(v + j), b2));
-    T::store(mo + j, mi);
-    T::store(vo + j, vi);
+    T::store(o.m + j, mi);
+    T::store(o.v + j, vi);
     if (vmax) {
       vi = T::max_nan(vi, T::load(vmax + j));
-      T::store(vmaxo + j, vi);
+      T::store(o.vmax + j, vi);
     }
     const V a = T::sqrt(vi);
     const V d = T::add(recip ? div_by<T>(a, sbc2, rbc2, inf) : T::div(a, sbc2), eps);
     x = T::add(x, T::div(T::mul(neg, mi), d));
-    T::store(po + j, x);
+    T::store(o.p + j, x);
     return x;
   };
   return vec_loop<T, W>(s.weight, i, end, nt, body);
@@ -137,8 +143,7 @@ std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std:
   using V = typename T::V;
   const float* p = s.param;
   const float* m = s.m;
-  float* po = s.param_out ? s.param_out : s.param;
-  float* mo = s.m_out ? s.m_out : s.m;
+  const Dest o = dest_of(s);
   const V inv = T::set1(c.inv), wd = T::set1(c.wd), mom = T::set1(c.momentum),
           omd = T::set1(c.omdamp), neg = T::set1(c.neg_lr);
   auto body = [&](std::int64_t j) {
@@ -147,11 +152,11 @@ std::int64_t sgd_vec(const StepSpan& s, const SgdConsts& c, std::int64_t i, std:
     if (c.l2) d = T::fmadd(x, wd, d);
     if (m) {
       const V b = c.first ? d : T::fmadd(d, omd, T::mul(T::load(m + j), mom));
-      T::store(mo + j, b);
+      T::store(o.m + j, b);
       d = c.nesterov ? T::fmadd(b, mom, d) : b;
     }
     x = T::fmadd(d, neg, x);
-    T::store(po + j, x);
+    T::store(o.p + j, x);
     return x;
   };
   return vec_loop<T, W>(s.weight, i, end, nt, body);
@@ -185,10 +190,7 @@ void adam_scalar(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::in
   const float* m = s.m;
   const float* v = s.v;
   const float* vmax = s.vmax;
-  float* po = s.param_out ? s.param_out : s.param;
-  float* mo = s.m_out ? s.m_out : s.m;
-  float* vo = s.v_out ? s.v_out : s.v;
-  float* vmaxo = s.vmax_out ? s.vmax_out : s.vmax;
+  const Dest o = dest_of(s);
   for (; i < end; ++i) {
     float g = load1<G>(s.grad, i) * c.inv;
     float x = p[i];
@@ -196,12 +198,12 @@ void adam_scalar(const StepSpan& s, const AdamConsts& c, std::int64_t i, std::in
     if (c.decoupled) x = x * c.decay;
     const float mi = madd(g, c.omb1, m[i] * c.b1);
     float vi = madd(c.omb2 * g, g, v[i] * c.b2);
-    mo[i] = mi;
-    vo[i] = vi;
-    if (vmax) vmaxo[i] = vi = (vi != vi || vi > vmax[i]) ? vi : vmax[i];  // NaN wins, as ATen's
+    o.m[i] = mi;
+    o.v[i] = vi;
+    if (vmax) o.vmax[i] = vi = (vi != vi || vi > vmax[i]) ? vi : vmax[i];  // NaN wins, as ATen's
     const float d = std::sqrt(vi) / c.sqrt_bc2 + c.eps;
     x = x + (c.neg_step * mi) / d;
-    po[i] = x;
+    o.p[i] = x;
     store1<W>(s.weight, i, x);
   }
 }
@@ -237,19 +239,18 @@ template <StepElem G, Out W>
 void sgd_scalar(const StepSpan& s, const SgdConsts& c, std::int64_t i, std::int64_t end) {
   const float* p = s.param;
   const float* m = s.m;
-  float* po = s.param_out ? s.param_out : s.param;
-  float* mo = s.m_out ? s.m_out : s.m;
+  const Dest o = dest_of(s);
   for (; i < end; ++i) {
     float d = load1<G>(s.grad, i) * c.inv;
     float x = p[i];
     if (c.l2) d = madd(x, c.wd, d);
     if (m) {
       const float b = c.first ? d : madd(d, c.omdamp, m[i] * c.momentum);
-      mo[i] = b;
+      o.m[i] = b;
       d = c.nesterov ? madd(b, c.momentum, d) : b;
     }
     x = madd(d, c.neg_lr, x);
-    po[i] = x;
+    o.p[i] = x;
     store1<W>(s.weight, i, x);
   }
 }

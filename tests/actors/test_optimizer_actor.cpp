@@ -169,6 +169,31 @@ TEST_CASE("a failing job abandons its iteration: no update, error reported, acto
   CHECK(f.params(2).scale == 256.0);
 }
 
+TEST_CASE("several failing jobs of an iteration: IterationDone keeps the first's code, names all") {
+  OptFixture f(opts(128, 2, 0.5, 1));
+  f.send(ScaleRequest{0});
+  f.take<ScaleReply>();
+  f.send_to(f.optimizer,
+            StepJob{0, 128.0f, [] { throw ScalerError(errc::invalid_gradients, "first"); }});
+  CHECK_FALSE(f.take<JobDone>());
+  for (int j = 0; j < 10; ++j) {
+    f.send_to(f.optimizer,
+              StepJob{0, 128.0f, [j] { throw std::runtime_error("later " + std::to_string(j)); }});
+    CHECK_FALSE(f.take<JobDone>());
+  }
+  f.send_to(f.optimizer, CloseIteration{0, false});
+  auto d = f.take<IterationDone>();
+  REQUIRE(d);
+  CHECK(d->failed);
+  CHECK(d->error_code == errc::invalid_gradients);
+  CHECK(d->error_text.rfind("first\n", 0) == 0);
+  for (int j = 0; j < 8; ++j)  // eight named, then their count
+    CHECK(d->error_text.find("also failed in this iteration: later " + std::to_string(j) + "\n") !=
+          std::string::npos);
+  CHECK(d->error_text.find("later 8") == std::string::npos);
+  CHECK(d->error_text.find("(and more failures in this iteration)") != std::string::npos);
+}
+
 TEST_CASE("an iteration closed without inf checks fails with torch's text and changes nothing") {
   OptFixture f;
   f.send(ScaleRequest{0});

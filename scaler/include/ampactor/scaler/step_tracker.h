@@ -34,6 +34,12 @@ struct GradSize {
 /// The largest finite value of a gradient dtype (fp16, bf16, fp32, fp64); 0 for any other.
 double dtype_max_of(c10::ScalarType t);
 
+/// check_finite of `grads` (one device) into `found`, measuring them: one grad_absmax per dtype
+/// is appended to `absmax` as (that dtype's largest finite value, the max), a size being
+/// comparable with its own dtype's largest value only.
+void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
+                    std::vector<std::pair<double, at::Tensor>>& absmax);
+
 /// Per-optimizer record between two update() calls.
 struct OptimizerRecord {
   OptState stage = OptState::ready;
