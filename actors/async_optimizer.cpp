@@ -109,7 +109,8 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     });
   if (options_.overlap_backward())
     overlap_ = std::make_unique<internal::OverlapBackward>(
-        scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks());
+        scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks(),
+        options_.clip_grad_norm());
   scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
 }
 
@@ -215,8 +216,9 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   check_optimizer(opt);
   warn_uncleared_grads();
   behind_ = options_.staleness() == 1;
+  if (overlap_) return step_overlap(opt, std::move(fn));  // it clips with the buckets' measures
+  fn = clipping(opt, std::move(fn));
   if (offload_) return step_offload(opt, std::move(fn));
-  if (overlap_) return step_overlap(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();
   // A fused optimizer reads the model's grads in its step and writes the weights in the same
   // pass: the job checks the grads (UnscaleDone) instead of moving them. Not with ranks: their

@@ -121,6 +121,7 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
   }
   const std::vector<at::Tensor> grads = model_grads();
   if (!scaler().is_enabled()) {  // nothing was speculated: the synchronous fused step
+    fn = clipping(opt, std::move(fn));
     scaler().run_on_optimizer([&] {
       JobContext* job = JobContext::current();
       job->check_for_fused_(opt, grads, masters_, model_);
@@ -129,7 +130,10 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
     });
     return;
   }
-  scaler().run_on_optimizer([&] { o.finish(opt, grads, fn); });
+  scaler().run_on_optimizer([&] {
+    const double norm = o.finish(opt, grads, fn);
+    if (options_.clip_grad_norm()) grad_norm_ = norm;
+  });
 }
 
 }  // namespace ampactor

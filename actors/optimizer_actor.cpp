@@ -1,4 +1,5 @@
 #include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/ranks.h>
 
 #include <torch/optim/optimizer.h>
@@ -97,6 +98,12 @@ bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
   ++unscales_;
   report_unscale(optimizer_id_of(opt), f, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
   return f;
+}
+
+double JobContext::clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm,
+                                   const std::vector<double>* squares) {
+  if (!enabled_) return clip_grads_(grads_of(opt), max_norm, squares);  // moved as they were
+  return tracker_.clip_grad_norm_(opt, max_norm, inverse(scale_), squares);
 }
 
 bool JobContext::wrote_weights(const torch::optim::Optimizer& opt) const {

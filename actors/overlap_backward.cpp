@@ -4,6 +4,7 @@
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/step_tracker.h>
 
 #include <ATen/core/grad_mode.h>
@@ -13,6 +14,8 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -43,14 +46,16 @@ struct OverlapBackward::Accumulators {
 };
 
 OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
-                                 std::vector<std::vector<std::size_t>> buckets, bool hooks)
+                                 std::vector<std::vector<std::size_t>> buckets, bool hooks,
+                                 std::optional<double> clip)
     : scaler_(scaler),
       model_(model),
       buckets_(std::move(buckets)),
       bucket_of_(model.size()),
       hub_(std::make_shared<OverlapHub>()),
       accumulators_(std::make_unique<Accumulators>()),
-      main_(std::this_thread::get_id()) {
+      main_(std::this_thread::get_id()),
+      clip_(clip) {
   at::AutoGradMode no_grad(false);
   for (const at::Tensor& p : model_)
     spare_.push_back(p.detach().clone());
@@ -161,6 +166,7 @@ void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
   found_ = false;
   checked_.assign(model_.size(), false);
   absmax_.clear();
+  squares_.assign(model_.size(), std::numeric_limits<double>::quiet_NaN());
 }
 
 void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& grads) {
@@ -176,6 +182,9 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
       checked_[i] = true;
     found_ = found_ || f.item<float>() != 0;
     if (found_) return;  // the step will be skipped: nothing to speculate
+    if (clip_)
+      for (std::size_t j = 0; j < grads.size(); ++j)
+        if (grads[j].defined()) squares_[buckets_[b][j]] = squared_norm(grads[j]);
     std::vector<at::Tensor> g(model_.size()), w(model_.size());
     for (std::size_t j = 0; j < grads.size(); ++j)
       g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = spare_[buckets_[b][j]];
@@ -189,10 +198,11 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
   }
 }
 
-void OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
-                             const std::function<void()>& fn) {
+double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
+                               const std::function<void()>& fn) {
   JobContext* job = JobContext::current();
   begin_iteration_on_optimizer(job->iteration());
+  double norm = std::numeric_limits<double>::quiet_NaN();
   try {
     std::vector<at::Tensor> rest;  // what no bucket job checked
     for (std::size_t i = 0; i < grads.size(); ++i)
@@ -202,6 +212,13 @@ void OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at:
     const bool found = found_ || f.item<float>() != 0;
     job->record_fused_check_(opt, grads, spare_, at::full({}, found ? 1.0f : 0.0f, at::kFloat),
                              absmax_);
+    if (clip_ && !found) {  // in parameter order, whatever order the buckets came in
+      std::vector<double> squares;
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        if (grads[i].defined())
+          squares.push_back(std::isnan(squares_[i]) ? squared_norm(grads[i]) : squares_[i]);
+      norm = job->clip_grad_norm_(opt, *clip_, &squares);
+    }
     if (fn) fn();
   } catch (...) {
     fused_->drop_speculation();
@@ -211,6 +228,7 @@ void OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at:
   fused_->drop_speculation();  // skipped, or a parameter's inputs changed: not taken
   k_ = -1;
   if (job->wrote_weights(opt)) swap_weights();
+  return norm;
 }
 
 void OverlapBackward::swap_weights() {

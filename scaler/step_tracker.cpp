@@ -1,6 +1,7 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/kernels/unscale.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/ranks.h>
 #include <ampactor/scaler/step_tracker.h>
 
@@ -163,6 +164,7 @@ bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<
   rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
   rec.check_only = true;
+  rec.grad_coef = 1;
   rec.grads = std::move(grads);
   rec.weights = std::move(weights);
   agree(rec);
@@ -341,7 +343,7 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   // Like torch: if opt.step() throws, the record stays UNSCALED with its inf checks.
   if (!out.skipped && fused) {
     auto s = optim::ScaledStep().found_inf(found_on_cpu(rec)).grads(rec.grads).weights(rec.weights);
-    if (scaled) s.inv_scale(inv_scale);
+    if (scaled) s.inv_scale(clipped_inv_scale(inv_scale, rec.grad_coef));
     fused->step_scaled(s);
     rec.wrote_weights = !rec.weights.empty();
     out.ret = at::Tensor();

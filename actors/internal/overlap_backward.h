@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -49,9 +50,11 @@ struct OverlapHub {
 class OverlapBackward {
  public:
   /// `buckets`: the parameters' indices, each once (checked by the caller). hooks: install the
-  /// post-accumulation hooks (else only grads_ready() makes a bucket ready).
+  /// post-accumulation hooks (else only grads_ready() makes a bucket ready). clip: clipping's
+  /// max_norm (AsyncOptimizerOptions::clip_grad_norm): each bucket is measured too.
   OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
-                  std::vector<std::vector<std::size_t>> buckets, bool hooks);
+                  std::vector<std::vector<std::size_t>> buckets, bool hooks,
+                  std::optional<double> clip);
   ~OverlapBackward();
   OverlapBackward(const OverlapBackward&) = delete;
   OverlapBackward& operator=(const OverlapBackward&) = delete;
@@ -75,10 +78,12 @@ class OverlapBackward {
   bool poisoned() const { return poisoned_; }
   bool accumulating() const { return accumulating_; }
   /// The iteration's last job, run on the optimizer thread by step(): checks what no bucket job
-  /// checked, records the whole check with the scaler, runs fn (which steps), drops whatever
-  /// speculation was not taken, and puts the new weights in the model (a buffer swap).
-  void finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
-              const std::function<void()>& fn);
+  /// checked, records the whole check with the scaler, clips (a clipped step takes no
+  /// speculation: its inverse scale differs), runs fn (which steps), drops whatever speculation
+  /// was not taken, and puts the new weights in the model (a buffer swap). Returns clipping's
+  /// total norm (NaN without it or when skipped).
+  double finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
+                const std::function<void()>& fn);
   /// The main thread's side of a new iteration (after step(), whether it succeeded or not).
   void reset_iteration();
   /// Bytes of the second buffers: the speculated masters and state, and the spare weights.
@@ -114,6 +119,8 @@ class OverlapBackward {
   bool found_ = false;
   std::vector<bool> checked_;  // parameter i's gradient was checked by a bucket job
   std::vector<std::pair<double, at::Tensor>> absmax_;
+  std::optional<double> clip_;
+  std::vector<double> squares_;  // clip: parameter i's squared_norm, NaN where not measured
 };
 
 }  // namespace ampactor::internal

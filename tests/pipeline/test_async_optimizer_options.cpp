@@ -8,6 +8,7 @@
 
 #include <ATen/ops/ones.h>
 
+#include <cmath>
 #include <functional>
 #include <string>
 
@@ -18,7 +19,7 @@ namespace {
 bool same(const AsyncOptimizerOptions& a, const AsyncOptimizerOptions& b) {
   return a.staleness() == b.staleness() && a.optim_dtype() == b.optim_dtype() &&
          a.optimizer_threads() == b.optimizer_threads() && a.swap_weights() == b.swap_weights() &&
-         a.defer_grad_move() == b.defer_grad_move();
+         a.defer_grad_move() == b.defer_grad_move() && a.clip_grad_norm() == b.clip_grad_norm();
 }
 
 AsyncOptimizerOptions custom() {
@@ -27,7 +28,8 @@ AsyncOptimizerOptions custom() {
       .optim_dtype(at::kDouble)
       .optimizer_threads(3)
       .swap_weights(true)
-      .defer_grad_move(true);
+      .defer_grad_move(true)
+      .clip_grad_norm(2.0);
 }
 
 /// What `set` throws (empty when it does not), checking that the options are unchanged.
@@ -52,6 +54,7 @@ TEST_CASE("AsyncOptimizerOptions: defaults") {
   CHECK(o.optimizer_threads() == 0);
   CHECK_FALSE(o.swap_weights());
   CHECK_FALSE(o.defer_grad_move());
+  CHECK_FALSE(o.clip_grad_norm());
 }
 
 TEST_CASE("AsyncOptimizerOptions: each setter stores its value and returns the options") {
@@ -61,12 +64,15 @@ TEST_CASE("AsyncOptimizerOptions: each setter stores its value and returns the o
   CHECK(&o.optimizer_threads(3) == &o);
   CHECK(&o.swap_weights(true) == &o);
   CHECK(&o.defer_grad_move(true) == &o);
+  CHECK(&o.clip_grad_norm(2.0) == &o);
   CHECK(o.staleness() == 0);
   CHECK((o.optim_dtype() == at::kDouble));
   CHECK(o.optimizer_threads() == 3);
   CHECK(o.swap_weights());
   CHECK(o.defer_grad_move());
+  CHECK(o.clip_grad_norm() == 2.0);
   CHECK(same(o, custom()));
+  CHECK_FALSE(AsyncOptimizerOptions(o).clip_grad_norm(std::nullopt).clip_grad_norm());
 }
 
 TEST_CASE("AsyncOptimizerOptions: a refused value throws bad_option and changes nothing") {
@@ -81,6 +87,14 @@ TEST_CASE("AsyncOptimizerOptions: a refused value throws bad_option and changes 
   }
   CHECK(refused([](O& o) { o.optimizer_threads(-1); }) ==
         "AsyncOptimizer: optimizer_threads must be >= 0, got -1");
+  CHECK(refused([](O& o) { o.clip_grad_norm(0.0); }) ==
+        "AsyncOptimizer: clip_grad_norm must be finite and > 0, got 0");
+  CHECK(refused([](O& o) { o.clip_grad_norm(-1.0); }) ==
+        "AsyncOptimizer: clip_grad_norm must be finite and > 0, got -1");
+  CHECK(refused([](O& o) { o.clip_grad_norm(INFINITY); }) ==
+        "AsyncOptimizer: clip_grad_norm must be finite and > 0, got inf");
+  CHECK(refused([](O& o) { o.clip_grad_norm(NAN); }) ==
+        "AsyncOptimizer: clip_grad_norm must be finite and > 0, got nan");
   CHECK(refused([](O& o) { o.staleness(1).optim_dtype(at::kFloat).optimizer_threads(0); }) == "");
 }
 

@@ -12,6 +12,8 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tanh.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -64,6 +66,7 @@ struct Setup {
   bool hooks = true;
   std::vector<std::vector<std::size_t>> buckets;  // empty: by bucket_bytes
   bool backward_elsewhere = false;                // backward on a thread of its own
+  double clip = 0;                                // clip_grad_norm's max_norm (0: none)
 };
 
 Setup setup(const test::OptConfig& c, at::ScalarType dtype, int micro = 1, bool hooks = true,
@@ -75,6 +78,7 @@ struct Trained {
   std::vector<at::Tensor> masters, weights, state;
   std::vector<double> scales;
   std::vector<bool> skipped;
+  std::vector<double> norms;  // clip: grad_norm() after each step
   std::int64_t extra_bytes = 0;
   bool speculated = false;  // a bucket's step was pending before step() in some iteration
   int swapped = 0;          // masters that step() took from the second buffer (a swap)
@@ -93,6 +97,7 @@ Trained train(const Setup& s, bool overlap, const std::string& trace = "") {
   if (!trace.empty()) keeper.tap(record_trace(trace));
   GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true), keeper);
   auto o = AsyncOptimizerOptions().staleness(0);
+  if (s.clip > 0) o.clip_grad_norm(s.clip);
   if (overlap)
     o.overlap_backward(true).bucket_bytes(24 * 24 * 4).buckets(s.buckets).ready_by_hooks(s.hooks);
   AsyncOptimizer pipe(m.p, scaler, o);
@@ -127,6 +132,7 @@ Trained train(const Setup& s, bool overlap, const std::string& trace = "") {
     pipe.step(*opt, [&] { scaler.step(*opt); });
     for (std::size_t i = 0; i < where.size(); ++i)
       t.swapped += pipe.optim_parameters()[i].data_ptr() != where[i];
+    t.norms.push_back(pipe.grad_norm());
     scaler.update();
   }
   pipe.sync();
@@ -328,4 +334,31 @@ TEST_CASE("overlap_backward: with the scaler disabled it steps as staleness 0 do
   }
   for (std::size_t i = 0; i < result[0].size(); ++i)
     CHECK(test::bits_equal(result[1][i], result[0][i]));
+}
+
+TEST_CASE(
+    "overlap_backward: clipped as staleness 0 clips, bit for bit, over clipped and unclipped "
+    "steps") {
+  for (const test::OptConfig& c : {test::configs()[0], test::configs()[7]})
+    for (int micro : {1, 3}) {
+      Setup s = setup(c, at::kHalf, micro);
+      s.clip = 1e30;  // measures, never clips: max_norm becomes the median of these norms
+      std::vector<double> norms;
+      for (double n : train(s, false).norms)
+        if (!std::isnan(n)) norms.push_back(n);
+      std::sort(norms.begin(), norms.end());
+      s.clip = norms[norms.size() / 2];
+      same_training(s);
+      const Trained ref = train(s, false), ov = train(s, true);
+      int clipped = 0, unclipped = 0;
+      for (std::size_t k = 0; k < ref.norms.size(); ++k) {
+        CAPTURE(k);
+        CHECK(std::isnan(ref.norms[k]) == bool(ref.skipped[k]));
+        if (ref.skipped[k]) continue;
+        CHECK(ov.norms[k] == ref.norms[k]);
+        (ref.norms[k] > s.clip ? clipped : unclipped)++;
+      }
+      CHECK(clipped >= 2);
+      CHECK(unclipped >= 2);
+    }
 }

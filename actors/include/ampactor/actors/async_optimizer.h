@@ -19,7 +19,9 @@
 
 #include <ampactor/core/arg.h>
 
+#include <atomic>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <unordered_set>
@@ -102,6 +104,16 @@ class AsyncOptimizerOptions {
   /// of its gradients (hooks on the parameters' gradient accumulators, as DDP's Reducer); false:
   /// only when the trainer calls grads_ready(bucket).
   AMPACTOR_ARG_ANY(bool, ready_by_hooks, true);
+  /// Clips the gradients before every step by their global 2-norm, as
+  /// torch::nn::utils::clip_grad_norm_(params, max_norm) after unscale_ would: finite and > 0;
+  /// nullopt (the default): no clipping. The total is that of the true-sized gradients, each
+  /// tensor's norm taken in fp32 and their squares summed in double in parameter order; a step
+  /// skipped for inf/NaN clips nothing. A fused optimizer (ampactor::optim) clips only this way:
+  /// its step reads the model's gradients, so the masters' grads fn could clip are empty. With
+  /// overlap_backward each bucket is measured as it becomes ready; when the total exceeds
+  /// max_norm, step() steps every parameter again from the intact live state with the
+  /// coefficient (bit for bit the clipped step without overlap).
+  AMPACTOR_ARG(std::optional<double>, clip_grad_norm, std::nullopt);
 };
 
 class AsyncOptimizer {
@@ -146,6 +158,10 @@ class AsyncOptimizer {
   void sync();
 
   int staleness() const { return options_.staleness(); }
+  /// clip_grad_norm: the total norm the last finished step measured (what torch's
+  /// clip_grad_norm_ returns), before clipping; NaN before the first, for a step skipped for
+  /// inf/NaN, and without the option. At staleness 0 that is the step step() just waited for.
+  double grad_norm() const { return grad_norm_.load(); }
 
   // ---- overlap_backward (ScalerError(errc::bad_option) without it) ----
   /// The buckets, as indices into the model's parameters.
@@ -204,6 +220,8 @@ class AsyncOptimizer {
   /// step() with overlap_backward.
   void step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn);
   internal::OverlapBackward& overlap() const;
+  /// fn preceded by clip_grad_norm's clipping (fn itself without the option).
+  std::function<void()> clipping(torch::optim::Optimizer& opt, std::function<void()> fn);
 
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> masters_;
@@ -223,6 +241,7 @@ class AsyncOptimizer {
   std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> last_grads_;
   std::vector<std::int64_t> last_versions_;
   bool warned_uncleared_ = false;
+  std::atomic<double> grad_norm_{std::numeric_limits<double>::quiet_NaN()};  // set by jobs
   /// Warns once on stderr when a model gradient is the last step's, accumulated onto once: the
   /// optimizer's zero_grad() (over the masters) was called instead of the model's.
   void warn_uncleared_grads();

@@ -72,6 +72,12 @@ class JobContext {
   bool record_fused_check_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
                            std::vector<at::Tensor> weights, at::Tensor found,
                            std::vector<std::pair<double, at::Tensor>> absmax);
+  /// Clipping by the global 2-norm after this job's unscale or check and before the step
+  /// (StepTracker::clip_grad_norm_, with this job's scale). With the scaler disabled, the
+  /// masters' grads are clipped as torch's clip_grad_norm_ would. Returns the total norm (NaN
+  /// when the step is skipped).
+  double clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm,
+                         const std::vector<double>* squares = nullptr);
   /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
   OptState stage(const torch::optim::Optimizer& opt) const;

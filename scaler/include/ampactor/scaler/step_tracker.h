@@ -53,6 +53,9 @@ struct OptimizerRecord {
   std::vector<at::Tensor> grads, weights;
   /// The fused step wrote `weights`.
   bool wrote_weights = false;
+  /// Clipping's coefficient for a fused step, which multiplies its inverse scale by it (< 1:
+  /// clip_grad_norm_ clipped).
+  double grad_coef = 1;
   /// This rank's own found_inf; with ranks, found_inf_per_device holds the agreed one.
   bool local_found_inf = false;
   /// With ranks: the largest gradient size of all ranks (grad_size() returns it).
@@ -108,6 +111,14 @@ class StepTracker {
   bool record_fused_check_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
                            std::vector<at::Tensor> weights, at::Tensor found,
                            std::vector<std::pair<double, at::Tensor>> absmax);
+  /// Clipping by the global 2-norm (scaler/clip.h), after this iteration's unscale or check of
+  /// `opt` and before its step: the gradients are multiplied by clip_grad_norm_'s coefficient
+  /// when the total exceeds max_norm (a fused check's by its step, with the inverse scale).
+  /// `squares`: each defined gradient's squared_norm, made already. Returns the total norm of the
+  /// true-sized gradients; NaN, clipping nothing, when inf/NaN was found (the step is skipped).
+  /// Before the unscale or after the step: ScalerError(errc::protocol_misuse).
+  double clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm, float inv_scale,
+                         const std::vector<double>* squares = nullptr);
   /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. A fused optimizer
