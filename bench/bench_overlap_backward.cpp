@@ -8,6 +8,10 @@
 //   overlap  staleness 0 with overlap_backward: each bucket stepped as backward finishes it
 //   async    staleness 1 with swap_weights and defer_grad_move: the step behind the next
 //            forward/backward (iteration k+1 runs on the weights of step k-1)
+// With --clip, three more (clip_grad_norm, the cost of clipping):
+//   sync-clip        sync, clipped every step
+//   overlap-measure  overlap, each bucket measured for clipping, never clipped (the norm's cost)
+//   overlap-clip     overlap, clipped every step: every bucket is stepped again at step()
 // Per mode: the median iteration, and the trainer's time inside step() (what is left of the
 // optimizer on its path: for overlap, the tail after the last bucket and the commit).
 #include <ampactor/actors/async_optimizer.h>
@@ -43,6 +47,7 @@ struct Settings {
   std::int64_t width = 1024, batch = 0;  // 0: calibrated (see main)
   std::int64_t bucket_bytes = std::int64_t(1) << 20;
   bool half = false;  // fp16 weights, the math in fp32 through a cast (memory-bound at small batch)
+  bool clip = false;  // the clip_grad_norm modes too
   std::string json;
 };
 
@@ -90,8 +95,11 @@ Timing run(const Settings& s, const std::string& mode) {
   AsyncOptimizerOptions o;
   o.optimizer_threads(1);
   if (mode == "async") o.staleness(1).swap_weights(true).defer_grad_move(true);
-  if (mode == "sync" || mode == "overlap") o.staleness(0);
-  if (mode == "overlap") o.overlap_backward(true).bucket_bytes(s.bucket_bytes);
+  if (mode.rfind("sync", 0) == 0 || mode.rfind("overlap", 0) == 0) o.staleness(0);
+  if (mode.rfind("overlap", 0) == 0) o.overlap_backward(true).bucket_bytes(s.bucket_bytes);
+  // A max_norm every step exceeds, or none does (measured only).
+  if (mode.find("-clip") != std::string::npos) o.clip_grad_norm(1e-6);
+  if (mode == "overlap-measure") o.clip_grad_norm(1e30);
   AsyncOptimizer pipe(m.w, scaler, o);
   auto& opt = pipe.make_optimizer<optim::FusedAdam>(torch::optim::AdamOptions(1e-4),
                                                     optim::FusedOptions().threads(1));
@@ -144,6 +152,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", s.reps, "repetitions (the order rotates)")->check(CLI::Range(1, 100));
   app.add_option("--bucket-bytes", s.bucket_bytes, "overlap's bucket size in bytes of masters")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  app.add_flag("--clip", s.clip,
+               "also the clip_grad_norm modes (sync-clip, overlap-measure, overlap-clip)");
   app.add_flag("--half", s.half, "fp16 weights (the math in fp32 through a cast per use)");
   app.add_option("--json", s.json, "write the figures as JSON to this file");
   CLI11_PARSE(app, argc, argv);
@@ -171,7 +181,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const std::vector<std::string> modes = {"fb", "sync", "overlap", "async"};
+  std::vector<std::string> modes = {"fb", "sync", "overlap", "async"};
+  if (s.clip) modes.insert(modes.end(), {"sync-clip", "overlap-measure", "overlap-clip"});
   std::map<std::string, std::vector<double>> iter, in_step;
   for (int r = 0; r < s.reps; ++r)
     for (std::size_t j = 0; j < modes.size(); ++j) {
@@ -179,7 +190,7 @@ int main(int argc, char** argv) {
       const Timing t = run(s, mode);
       iter[mode].push_back(t.iter_ms);
       in_step[mode].push_back(t.step_ms);
-      std::cout << "  rep " << r << " " << std::left << std::setw(8) << mode << std::right
+      std::cout << "  rep " << r << " " << std::left << std::setw(16) << mode << std::right
                 << std::fixed << std::setprecision(2) << t.iter_ms << " ms/iteration, in step() "
                 << t.step_ms << " ms" << std::endl;
     }
@@ -190,7 +201,7 @@ int main(int argc, char** argv) {
     const double ms = median_of(iter[mode]), st = median_of(in_step[mode]);
     j[mode + "_ms"] = ms;
     j[mode + "_in_step_ms"] = st;
-    std::cout << std::left << std::setw(8) << mode << std::right << std::setw(8) << ms
+    std::cout << std::left << std::setw(16) << mode << std::right << std::setw(8) << ms
               << " ms/iteration (" << std::setprecision(3) << ms / median_of(iter["fb"])
               << "x forward+backward), in step() " << std::setprecision(2) << st << " ms\n";
   }

@@ -125,7 +125,8 @@ double the_overlapped_backward(const std::vector<Batch>& data) {
   const auto o = ampactor::AsyncOptimizerOptions()
                      .staleness(0)            // the weights of synchronous training
                      .overlap_backward(true)  // buckets stepped while backward goes on
-                     .bucket_bytes(1024);     // small buckets for this small model
+                     .bucket_bytes(1024)      // small buckets for this small model
+                     .clip_grad_norm(1.0);    // clip_grad_norm_(1.0) before every step
   ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
   auto& opt = pipe.make_optimizer<ampactor::optim::FusedAdamW>(  // a fused optimizer: it can
       torch::optim::AdamWOptions(1e-2));                         // step into a second buffer
