@@ -68,7 +68,6 @@ std::string overlap_refusal(const AsyncOptimizerOptions& o, const GradScaler& sc
   if (o.staleness() != 0)
     return "overlap_backward needs staleness 0 (it is exact; staleness 1 steps a whole "
            "iteration late)";
-  if (scaler.options().ranks()) return "overlap_backward does not run with ranks yet";
   for (const at::Tensor& p : model)
     if (!p.device().is_cpu())
       return "overlap_backward needs the model on the CPU for now (the fused optimizers step on "

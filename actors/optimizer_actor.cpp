@@ -100,6 +100,18 @@ bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
   return f;
 }
 
+bool JobContext::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
+                                     bool local_found, bool found, GradSize size,
+                                     std::vector<std::pair<double, at::Tensor>> absmax) {
+  refuse_late_unscale(opt);
+  const bool f = tracker_.record_agreed_move_(opt, std::move(weights), local_found, found, size,
+                                              std::move(absmax));
+  moved_.push_back(&opt);
+  ++unscales_;
+  report_unscale(optimizer_id_of(opt), f, local_found, tracker_.grad_size(opt));
+  return f;
+}
+
 double JobContext::clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm,
                                    const std::vector<double>* squares) {
   if (!enabled_) return clip_grads_(grads_of(opt), max_norm, squares);  // moved as they were

@@ -55,6 +55,7 @@ OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tenso
       hub_(std::make_shared<OverlapHub>()),
       accumulators_(std::make_unique<Accumulators>()),
       main_(std::this_thread::get_id()),
+      ranks_(scaler.options().ranks()),
       clip_(clip) {
   at::AutoGradMode no_grad(false);
   for (const at::Tensor& p : model_)
@@ -112,6 +113,7 @@ void OverlapBackward::use(torch::optim::Optimizer& opt, const std::vector<at::Te
                       "in the order of optim_parameters() (make_optimizer builds one so)");
   opt_ = &opt;
   fused_ = fused;
+  masters_ = masters;
 }
 
 void OverlapBackward::grad_final(std::size_t i) {
@@ -128,14 +130,14 @@ void OverlapBackward::grad_final(std::size_t i) {
   }
   final_[i] = true;
   const std::size_t b = bucket_of_[i];
-  if (--left_[b] == 0 && !submitted_[b]) submit(b);
+  if (--left_[b] == 0 && !ready_[b]) became_ready(b);
 }
 
 void OverlapBackward::grads_ready(std::size_t b) {
   if (b >= buckets_.size())
     throw ScalerError(errc::bad_option, "AsyncOptimizer::grads_ready: bucket " + std::to_string(b) +
                                             " of " + std::to_string(buckets_.size()));
-  if (submitted_[b]) {
+  if (ready_[b]) {
     poisoned_ = true;
     throw ScalerError(errc::protocol_misuse,
                       "AsyncOptimizer::grads_ready: bucket " + std::to_string(b) +
@@ -145,11 +147,18 @@ void OverlapBackward::grads_ready(std::size_t b) {
   for (std::size_t i : buckets_[b])
     final_[i] = true;
   left_[b] = 0;
-  submit(b);
+  became_ready(b);
+}
+
+void OverlapBackward::became_ready(std::size_t b) {
+  ready_[b] = true;
+  if (!ranks_) return submit(b);
+  // Every rank averages the buckets in one order: bucket b waits for those before it.
+  while (next_ < buckets_.size() && ready_[next_])
+    submit(next_++);
 }
 
 void OverlapBackward::submit(std::size_t b) {
-  submitted_[b] = true;
   // The optimizer is not known before the first step(), nor is there anything to speculate
   // with the scaler disabled: the last job then checks and steps everything.
   if (!opt_ || !scaler_.is_enabled()) return;
@@ -166,6 +175,9 @@ void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
   found_ = false;
   checked_.assign(model_.size(), false);
   absmax_.clear();
+  averaged_.assign(buckets_.size(), false);
+  local_found_ = false;
+  agreed_max_ = dtype_max_ = 0;
   squares_.assign(model_.size(), std::numeric_limits<double>::quiet_NaN());
 }
 
@@ -173,6 +185,17 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
   JobContext* job = JobContext::current();
   begin_iteration_on_optimizer(job->iteration());
   try {
+    if (ranks_) {
+      move_and_average(b, grads, *job);
+      if (found_) return;
+      std::vector<at::Tensor> g;  // the ranks' mean, true-sized
+      for (std::size_t i : buckets_[b])
+        g.push_back(masters_[i].grad());
+      if (clip_)
+        for (std::size_t j = 0; j < g.size(); ++j)
+          if (g[j].defined()) squares_[buckets_[b][j]] = squared_norm(g[j]);
+      return speculate(b, g, 1.0f);
+    }
     std::vector<at::Tensor> defined;
     for (const at::Tensor& g : grads)
       if (g.defined()) defined.push_back(g);
@@ -185,17 +208,20 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
     if (clip_)
       for (std::size_t j = 0; j < grads.size(); ++j)
         if (grads[j].defined()) squares_[buckets_[b][j]] = squared_norm(grads[j]);
-    std::vector<at::Tensor> g(model_.size()), w(model_.size());
-    for (std::size_t j = 0; j < grads.size(); ++j)
-      g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = spare_[buckets_[b][j]];
     // The scale's inverse as the scaler's step takes it: the reciprocal in double, as a float.
-    const float inv = float(1.0 / double(job->scale()));
-    fused_->speculate(optim::ScaledStep().inv_scale(inv).grads(g).weights(w));
+    speculate(b, grads, float(1.0 / double(job->scale())));
   } catch (...) {
     found_ = true;  // this iteration fails (the scaler abandons its update): speculate no more
     fused_->drop_speculation();
     throw;
   }
+}
+
+void OverlapBackward::speculate(std::size_t b, const std::vector<at::Tensor>& grads, float inv) {
+  std::vector<at::Tensor> g(model_.size()), w(model_.size());
+  for (std::size_t j = 0; j < grads.size(); ++j)
+    g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = spare_[buckets_[b][j]];
+  fused_->speculate(optim::ScaledStep().inv_scale(inv).grads(g).weights(w));
 }
 
 double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
@@ -204,6 +230,11 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
   begin_iteration_on_optimizer(job->iteration());
   double norm = std::numeric_limits<double>::quiet_NaN();
   try {
+    if (ranks_) {
+      norm = finish_ranks(opt, grads, *job);
+      if (fn) fn();
+      return commit(opt, *job, norm);
+    }
     std::vector<at::Tensor> rest;  // what no bucket job checked
     for (std::size_t i = 0; i < grads.size(); ++i)
       if (!checked_[i] && grads[i].defined()) rest.push_back(grads[i]);
@@ -225,9 +256,13 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
     k_ = -1;
     throw;
   }
+  return commit(opt, *job, norm);
+}
+
+double OverlapBackward::commit(torch::optim::Optimizer& opt, JobContext& job, double norm) {
   fused_->drop_speculation();  // skipped, or a parameter's inputs changed: not taken
   k_ = -1;
-  if (job->wrote_weights(opt)) swap_weights();
+  if (job.wrote_weights(opt)) swap_weights();
   return norm;
 }
 
@@ -245,7 +280,8 @@ void OverlapBackward::reset_iteration() {
   left_.clear();
   for (const auto& b : buckets_)
     left_.push_back(b.size());
-  submitted_.assign(buckets_.size(), false);
+  ready_.assign(buckets_.size(), false);
+  next_ = 0;
   poisoned_ = false;
 }
 

@@ -5,6 +5,8 @@
 #include <ampactor/scaler/ranks.h>
 #include <ampactor/scaler/step_tracker.h>
 
+#include "measure.h"
+
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
@@ -17,6 +19,10 @@
 #include <string>
 
 namespace ampactor {
+
+using detail::measure_mixed;
+using detail::unscale_measured;
+using detail::zero_on;
 
 bool OptimizerRecord::any_found_inf() const {
   for (const auto& [device, t] : found_inf_per_device)
@@ -49,7 +55,7 @@ GradSize OptimizerRecord::grad_size() const {
   return best;
 }
 
-namespace {
+namespace detail {
 
 at::Tensor zero_on(c10::Device device) {
   return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -103,6 +109,10 @@ void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at:
     if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
   }
 }
+
+}  // namespace detail
+
+namespace {
 
 /// The found_inf a fused step takes: the sum over devices (its masters are all on the CPU).
 at::Tensor found_on_cpu(const OptimizerRecord& rec) {
@@ -218,102 +228,6 @@ bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   rec.absmax = std::move(found.absmax);
   rec.stage = OptState::unscaled;
   agree(rec);
-  return rec.any_found_inf();
-}
-
-namespace {
-/// A gradient the caller handed over that nobody else can see (no other tensor or view shares
-/// it), already fp32 and dense on the master's device: unscaling it in place and installing it
-/// as the master's gradient is the move without the copy.
-bool adoptable(const at::Tensor& g, const at::Tensor& master) {
-  return g.scalar_type() == at::kFloat && g.device() == master.device() && g.is_contiguous() &&
-         !g.requires_grad() && g.use_count() == 1 && g.storage().use_count() == 1;
-}
-
-/// move_and_unscale_'s plan: each master's gradient after the call (undefined: none), and the
-/// kernels' lists.
-struct GradMove {
-  std::vector<at::Tensor> dest, from, to, adopted;
-};
-
-/// Checks the gradients' shapes and plans the move, installing nothing.
-void plan_move(GradMove& m, const std::vector<at::Tensor>& model_grads,
-               const std::vector<at::Tensor>& masters, bool adopt) {
-  m.dest.resize(masters.size());
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    const at::Tensor& g = model_grads[i];
-    if (!g.defined()) continue;
-    if (g.sizes() != masters[i].sizes())
-      throw ScalerError(errc::invalid_gradients, "move_and_unscale_: model gradient " +
-                                                     std::to_string(i) +
-                                                     " does not have its master's shape");
-    if (adopt && adoptable(g, masters[i])) {
-      m.adopted.push_back(g);
-      m.dest[i] = g;
-      continue;
-    }
-    at::Tensor mg = masters[i].grad();
-    if (!mg.defined() || mg.sizes() != masters[i].sizes() || mg.scalar_type() != at::kFloat)
-      mg = at::empty(masters[i].sizes(), masters[i].options().dtype(at::kFloat));
-    m.from.push_back(g);
-    m.to.push_back(mg);
-    m.dest[i] = mg;
-  }
-}
-
-/// Runs the planned move and the adopted gradients' unscale into `f`, measuring both.
-void run_move(const GradMove& m, float inv_scale, c10::Device device, at::Tensor& f,
-              std::vector<std::pair<double, at::Tensor>>& absmax) {
-  // The move first: if it refuses its input, no adopted gradient has been touched.
-  if (measure_mixed(m.from, f, absmax)) {
-    kernels::move_grads_and_unscale(m.from, m.to, inv_scale, f);
-  } else {
-    at::Tensor a = zero_on(device);
-    kernels::move_grads_and_unscale(m.from, m.to, inv_scale, f, a);
-    if (!m.from.empty()) absmax.emplace_back(dtype_max_of(m.from[0].scalar_type()), a);
-  }
-  if (!m.adopted.empty()) unscale_measured(m.adopted, inv_scale, f, absmax);
-}
-}  // namespace
-
-bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
-                                    const std::vector<at::Tensor>& model_grads,
-                                    std::vector<at::Tensor>& masters, float inv_scale, bool adopt) {
-  auto it = records_.find(&opt);
-  check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
-  if (model_grads.size() != masters.size())
-    throw ScalerError(errc::invalid_gradients,
-                      "move_and_unscale_: " + std::to_string(model_grads.size()) +
-                          " model gradients for " + std::to_string(masters.size()) + " masters");
-  // Nothing is installed before every check has passed.
-  GradMove m;
-  plan_move(m, model_grads, masters, adopt);
-  const std::vector<at::Tensor>& dest = m.dest;
-  const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
-  at::Tensor f = zero_on(device);
-  std::vector<std::pair<double, at::Tensor>> absmax;
-  run_move(m, inv_scale, device, f, absmax);
-  for (std::size_t i = 0; i < masters.size(); ++i)
-    masters[i].mutable_grad() = dest[i];  // undefined where there was no gradient: skipped
-  OptimizerRecord& rec = records_[&opt];
-  rec.found_inf_per_device = {{f.device(), f}};
-  rec.absmax = std::move(absmax);
-  rec.stage = OptState::unscaled;
-  if (!ranks_) {
-    agree(rec);
-    return rec.any_found_inf();
-  }
-  // Data parallel: the ranks' mean gradient, in fp32 (the masters' grads): an fp16 sum of the
-  // ranks' scaled gradients could overflow where none of them did. found_inf and the size are
-  // agreed in the same round, from this rank's own check before the average (after it, one
-  // rank's inf or NaN is every rank's).
-  std::vector<at::Tensor> moved;
-  for (const at::Tensor& g : dest)
-    if (g.defined()) moved.push_back(g);
-  float v[2];
-  const GradSize size = local_values(rec, v);
-  ranks_->average(moved, v, 2);
-  apply_agreed(rec, v, size);
   return rec.any_found_inf();
 }
 

@@ -23,6 +23,9 @@ class Optimizer;
 namespace ampactor {
 class AsyncOptimizerOptions;
 class GradScaler;
+class RankGroup;
+class JobContext;
+struct GradSize;
 namespace optim {
 class FusedStep;
 }
@@ -90,7 +93,21 @@ class OverlapBackward {
   std::int64_t extra_bytes() const;
 
  private:
+  /// Bucket b's gradients are final: its job is queued (with ranks, in bucket order).
+  void became_ready(std::size_t b);
   void submit(std::size_t b);
+  /// Ranks, on the optimizer thread: bucket b's gradients moved into the masters' grads,
+  /// unscaled and checked, then averaged across the ranks with found_inf and the size agreed in
+  /// the same collective (every rank averages every bucket, in bucket order).
+  void move_and_average(std::size_t b, const std::vector<at::Tensor>& grads, JobContext& job);
+  /// Speculates bucket b's step from `grads` (parameter i's at i), at inverse scale `inv`.
+  void speculate(std::size_t b, const std::vector<at::Tensor>& grads, float inv);
+  /// finish's record with ranks: averages the buckets no job did, in order, records the
+  /// agreed check and clips. Returns clipping's total norm.
+  double finish_ranks(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
+                      JobContext& job);
+  /// Drops the speculation not taken and swaps the new weights in. Returns norm.
+  double commit(torch::optim::Optimizer& opt, JobContext& job, double norm);
   /// On the optimizer thread: check bucket b's gradients and, unless an overflow is already
   /// known, step them speculatively.
   void run_bucket(std::size_t b, const std::vector<at::Tensor>& grads);
@@ -102,6 +119,8 @@ class OverlapBackward {
   std::vector<at::Tensor> spare_;  // the weights' second buffer: speculative steps write here
   std::vector<std::vector<std::size_t>> buckets_;
   std::vector<std::size_t> bucket_of_;
+  std::shared_ptr<RankGroup> ranks_;
+  std::vector<at::Tensor> masters_;  // opt_'s parameters, in order
   torch::optim::Optimizer* opt_ = nullptr;
   optim::FusedStep* fused_ = nullptr;
   std::shared_ptr<OverlapHub> hub_;
@@ -112,7 +131,8 @@ class OverlapBackward {
   bool accumulating_ = false;
   std::vector<bool> final_;        // parameter i's gradient is final in this iteration
   std::vector<std::size_t> left_;  // parameters of bucket b not final yet
-  std::vector<bool> submitted_;    // bucket b's job is queued
+  std::vector<bool> ready_;        // bucket b's gradients are final
+  std::size_t next_ = 0;           // ranks: the first bucket not queued yet
   bool poisoned_ = false;
   // Optimizer thread, for iteration k_.
   std::int64_t k_ = -1;
@@ -121,6 +141,10 @@ class OverlapBackward {
   std::vector<std::pair<double, at::Tensor>> absmax_;
   std::optional<double> clip_;
   std::vector<double> squares_;  // clip: parameter i's squared_norm, NaN where not measured
+  // Ranks, for iteration k_.
+  std::vector<bool> averaged_;  // bucket b was moved and averaged
+  bool local_found_ = false;    // this rank's own found_inf
+  double agreed_max_ = 0, dtype_max_ = 0;
 };
 
 }  // namespace ampactor::internal

@@ -1,6 +1,7 @@
 // ampactor-dist-worker: one rank of the data-parallel tests (run by ampactor-launch, or alone with
 // --single N as one process over the N ranks' concatenated batches). Writes OUT/rank<R>.txt: a
-// line "k scale found_inf" per iteration, then "param <index> <hex of each float>" lines.
+// line "k scale found_inf" per iteration (with --clip, the step's gradient norm too), then "param
+// <index> <hex of each float>" lines.
 //
 // Models: "exact", whose loss is linear in the weights with inputs in {-1, 0, 1} and power-of-two
 // batches, so every gradient, its mean over ranks and its mean over the concatenated batch are
@@ -8,6 +9,7 @@
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 #include <ampactor/trace/trace.h>
 
@@ -38,6 +40,9 @@ struct Settings {
   std::int64_t batch = 8;
   double init_scale = 1024;
   bool defer = false;
+  bool fused = false, overlap = false;  // FusedSGD; overlap_backward (with --fused)
+  double clip = 0;                      // clip_grad_norm (0: none)
+  std::int64_t bucket_bytes = 256;      // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at;  // (rank, iteration)
   int timeout_ms = 20000;
   // Rank 1's own settings (0 or empty: the others').
@@ -56,6 +61,10 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--batch", s.batch, "samples per rank");
   app.add_option("--staleness", s.staleness);
   app.add_flag("--defer", s.defer, "defer_grad_move and swap_weights");
+  app.add_flag("--fused", s.fused, "pipeline: ampactor::optim::FusedSGD instead of torch's SGD");
+  app.add_flag("--overlap", s.overlap, "pipeline: overlap_backward (needs --fused, staleness 0)");
+  app.add_option("--clip", s.clip, "pipeline: clip_grad_norm's max_norm");
+  app.add_option("--bucket-bytes", s.bucket_bytes, "overlap_backward's bucket_bytes");
   app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
   app.add_option("--init-scale", s.init_scale);
   app.add_option("--growth-interval", s.growth_interval);
@@ -122,7 +131,7 @@ ampactor::GradScalerOptions scaler_options(const Settings& s, int rank,
 /// The optimizer and the scaler of --path. The optimizer first, so that it goes last: the scalers
 /// and the pipeline finish their jobs before it goes, on any way out.
 struct Stepper {
-  std::unique_ptr<torch::optim::SGD> opt;
+  std::unique_ptr<torch::optim::Optimizer> opt;
   std::unique_ptr<ampactor::LocalGradScaler> local;
   std::unique_ptr<ampactor::GradScaler> actor;
   std::unique_ptr<ampactor::AsyncOptimizer> pipe;
@@ -143,12 +152,18 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
     st.actor = std::make_unique<ampactor::GradScaler>(
         so, policy, trace.empty() ? nullptr : ampactor::record_trace(trace));
     if (s.path == "pipeline") {
-      st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor,
-                                                           ampactor::AsyncOptimizerOptions()
-                                                               .staleness(s.staleness)
-                                                               .swap_weights(s.defer)
-                                                               .defer_grad_move(s.defer));
-      st.opt = std::make_unique<torch::optim::SGD>(st.pipe->optim_parameters(), sgd);
+      auto o = ampactor::AsyncOptimizerOptions()
+                   .staleness(s.staleness)
+                   .swap_weights(s.defer)
+                   .defer_grad_move(s.defer)
+                   .overlap_backward(s.overlap)
+                   .bucket_bytes(s.bucket_bytes);
+      if (s.clip > 0) o.clip_grad_norm(s.clip);
+      st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor, o);
+      if (s.fused)
+        st.opt = std::make_unique<ampactor::optim::FusedSGD>(st.pipe->optim_parameters(), sgd);
+      else
+        st.opt = std::make_unique<torch::optim::SGD>(st.pipe->optim_parameters(), sgd);
     } else {
       st.opt = std::make_unique<torch::optim::SGD>(net->parameters(), sgd);
     }
@@ -212,7 +227,9 @@ struct Worker {
     st.actor->update();
     out << k << " " << scale;
     if (st.pipe) st.pipe->sync();
-    out << " " << st.actor->wait_result(k).skipped() << "\n";
+    out << " " << st.actor->wait_result(k).skipped();
+    if (st.pipe && s.clip > 0) out << " " << st.pipe->grad_norm();
+    out << "\n";
   }
 
   void train() {
@@ -254,6 +271,8 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
   Worker worker{s, rank, shards, ranks, net, st, out};
   worker.train();
   worker.write_params();
+  // The second buffers' size: nonzero once a bucket was stepped during backward.
+  if (s.overlap) out << "overlap_bytes " << st.pipe->overlap_bytes() << "\n";
   out << "done\n";
 }
 

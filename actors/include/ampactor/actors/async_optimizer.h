@@ -88,7 +88,8 @@ class AsyncOptimizerOptions {
   /// masters, moments and weights are only read); step() commits by swapping buffers, or drops
   /// everything if any gradient overflowed: the same masters, moments, step counts, weights,
   /// scales and skips as without overlap, bit for bit. Needs a fused optimizer
-  /// (ampactor::optim) and, for now, the model and the masters on the CPU and no ranks.
+  /// (ampactor::optim) and, for now, the model and the masters on the CPU. With ranks each
+  /// bucket is averaged across them as soon as it is ready (in bucket order on every rank).
   /// Memory: the second buffer holds a copy of the masters and the optimizer state (Adam: 12
   /// bytes a parameter, SGD with momentum: 8) and of the weights (overlap_bytes()).
   AMPACTOR_ARG_ANY(bool, overlap_backward, false);

@@ -72,6 +72,11 @@ class JobContext {
   bool record_fused_check_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
                            std::vector<at::Tensor> weights, at::Tensor found,
                            std::vector<std::pair<double, at::Tensor>> absmax);
+  /// StepTracker::record_agreed_move_ for this job (the overlapped backward with ranks), reported
+  /// as unscale_ is. Enabled only.
+  bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
+                           bool local_found, bool found, GradSize size,
+                           std::vector<std::pair<double, at::Tensor>> absmax);
   /// Clipping by the global 2-norm after this job's unscale or check and before the step
   /// (StepTracker::clip_grad_norm_, with this job's scale). With the scaler disabled, the
   /// masters' grads are clipped as torch's clip_grad_norm_ would. Returns the total norm (NaN

@@ -40,6 +40,14 @@ double dtype_max_of(c10::ScalarType t);
 void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
                     std::vector<std::pair<double, at::Tensor>>& absmax);
 
+/// The pipeline's grad move for a list of masters: model_grads[i] (any float dtype; undefined =
+/// none) into masters[i].grad() as fp32, unscaled by `inv_scale` and checked into `found` in one
+/// pass, measured into `absmax` as check_measured does. adopt: see
+/// StepTracker::move_and_unscale_. Nothing is installed unless every check passes.
+void move_measured(const std::vector<at::Tensor>& model_grads,
+                   const std::vector<at::Tensor>& masters, float inv_scale, at::Tensor& found,
+                   std::vector<std::pair<double, at::Tensor>>& absmax, bool adopt = false);
+
 /// Per-optimizer record between two update() calls.
 struct OptimizerRecord {
   OptState stage = OptState::ready;
@@ -119,6 +127,14 @@ class StepTracker {
   /// Before the unscale or after the step: ScalerError(errc::protocol_misuse).
   double clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm, float inv_scale,
                          const std::vector<double>* squares = nullptr);
+  /// The overlapped-backward pipeline's record with ranks: the gradients were moved into the
+  /// masters' grads (move_measured) and averaged bucket by bucket, found_inf and the size
+  /// agreed in the same collectives. local_found: this rank's own; found and size: the agreed
+  /// ones (no collective here). The step reads the masters' grads and writes `weights`. Same
+  /// stage rules as unscale_. Returns found.
+  bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
+                           bool local_found, bool found, GradSize size,
+                           std::vector<std::pair<double, at::Tensor>> absmax);
   /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. A fused optimizer

@@ -1,0 +1,68 @@
+// The overlapped backward with data-parallel ranks: each bucket's gradients are moved into the
+// masters' fp32 grads, checked and averaged across the ranks as soon as it is ready, its
+// found_inf and size agreed in the same collective; the speculative step reads the mean.
+#include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/scaler/clip.h>
+#include <ampactor/scaler/ranks.h>
+#include <ampactor/scaler/step_tracker.h>
+
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "internal/overlap_backward.h"
+
+namespace ampactor::internal {
+
+void OverlapBackward::move_and_average(std::size_t b, const std::vector<at::Tensor>& grads,
+                                       JobContext& job) {
+  std::vector<at::Tensor> masters;
+  for (std::size_t i : buckets_[b])
+    masters.push_back(masters_[i]);
+  at::Tensor f = at::zeros({}, at::kFloat);
+  std::vector<std::pair<double, at::Tensor>> absmax;
+  // The scale's inverse as the scaler's grad move takes it: the reciprocal in double, as a float.
+  move_measured(grads, masters, float(1.0 / double(job.scale())), f, absmax);
+  OptimizerRecord local;
+  local.absmax = absmax;
+  const GradSize size = local.grad_size();
+  float v[2] = {f.item<float>() != 0 ? 1.0f : 0.0f, float(size.max)};
+  local_found_ = local_found_ || v[0] != 0;
+  std::vector<at::Tensor> moved;
+  for (const at::Tensor& m : masters)
+    if (m.grad().defined()) moved.push_back(m.grad());
+  averaged_[b] = true;  // from here this bucket's collective is made (or the iteration fails)
+  ranks_->average(moved, v, 2);
+  found_ = found_ || v[0] != 0;
+  // The size nearest to overflow over the buckets, as the whole gradient's would be.
+  auto ratio = [](double max, double dtype_max) { return dtype_max > 0 ? max / dtype_max : 0.0; };
+  if (dtype_max_ == 0 || ratio(v[1], size.dtype_max) > ratio(agreed_max_, dtype_max_))
+    agreed_max_ = v[1], dtype_max_ = size.dtype_max;
+  for (auto& a : absmax)
+    absmax_.push_back(std::move(a));
+}
+
+double OverlapBackward::finish_ranks(torch::optim::Optimizer& opt,
+                                     const std::vector<at::Tensor>& grads, JobContext& job) {
+  // The buckets no job averaged (not ready, or before the optimizer was known), in bucket order:
+  // every rank has averaged the same buckets before them.
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    if (averaged_[b]) continue;
+    std::vector<at::Tensor> g;
+    for (std::size_t i : buckets_[b])
+      g.push_back(grads[i]);
+    move_and_average(b, g, job);
+  }
+  job.record_agreed_move_(opt, spare_, local_found_, found_, GradSize{agreed_max_, dtype_max_},
+                          absmax_);
+  if (!clip_ || found_) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> squares;  // of the mean, in parameter order
+  for (std::size_t i = 0; i < masters_.size(); ++i)
+    if (const at::Tensor& g = masters_[i].grad(); g.defined())
+      squares.push_back(std::isnan(squares_[i]) ? squared_norm(g) : squares_[i]);
+  return job.clip_grad_norm_(opt, *clip_, &squares);
+}
+
+}  // namespace ampactor::internal
