@@ -1,12 +1,78 @@
 #!/bin/sh
 # Packaging cannot rot unseen: installs this build into a fresh prefix, then builds and runs
 # examples/ against it with find_package (MODE install), or builds and runs them with ampactor as
-# a subproject (MODE subproject, which compiles the libraries again: the slow half).
+# a subproject (MODE subproject, which compiles the libraries again: the slow half), or builds the
+# .deb and checks it has what a Debian -dev package has (MODE deb; exit 77, skipped, without dpkg).
 # Usage: package-test.sh MODE BUILD_DIR SOURCE_DIR WORK_DIR [PREFIX_PATH]
 set -eu
 mode=$1 build=$2 src=$3 work=$4 prefix_path=${5:-}
 rm -rf "$work"
 mkdir -p "$work"
+if [ "$mode" = deb ]; then
+  for tool in cpack dpkg-deb dpkg-architecture pkg-config; do
+    command -v $tool >/dev/null || { echo "skipped: $tool not found"; exit 77; }
+  done
+  cpack --config "$build/CPackConfig.cmake" -B "$work" >"$work/cpack.log"
+  deb=$(ls "$work"/libampactor-dev_*.deb)
+  dpkg-deb -c "$deb" | awk '{ print $6 }' | sed 's|^\./||; s|/$||' >"$work/contents"
+  dpkg-deb -x "$deb" "$work/root"
+  root=$work/root arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+  has() { grep -qx "$1" "$work/contents" || { echo "the .deb lacks $1" >&2; exit 1; }; }
+
+  echo "== /usr/share/doc/libampactor-dev"
+  has usr/share/doc/libampactor-dev/copyright
+  has usr/share/doc/libampactor-dev/changelog.gz
+  doc=$root/usr/share/doc/libampactor-dev
+  grep -q '^Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' \
+    "$doc/copyright"
+  gzip -dc "$doc/changelog.gz" | cmp - "$src/CHANGELOG.md"
+
+  echo "== usr/lib/$arch"
+  has "usr/lib/$arch/libampactor_core.a"
+  has "usr/lib/$arch/cmake/ampactor/ampactorConfig.cmake"
+  has "usr/lib/$arch/pkgconfig/ampactor.pc"
+  # Multiarch: usr/lib holds the triplet's folder and nothing else.
+  if grep "^usr/lib/" "$work/contents" | grep -v "^usr/lib/$arch\(/\|$\)"; then
+    echo "the .deb installs the above outside usr/lib/$arch" >&2
+    exit 1
+  fi
+
+  echo "== pkg-config, the prefix moved to $root/usr"
+  export PKG_CONFIG_PATH="$root/usr/lib/$arch/pkgconfig"
+  pkg-config --validate ampactor
+  [ "$(pkg-config --modversion ampactor)" = "$(dpkg-deb -f "$deb" Version)" ]
+  flags=$(pkg-config --define-variable=prefix="$root/usr" --cflags --libs ampactor)
+  echo "$flags"
+  inc= libdir= libs=0
+  for f in $flags; do
+    case $f in
+      -I*) inc=${f#-I} ;;
+      -L*) libdir=${f#-L} ;;
+      -l*) libs=$((libs + 1))
+           [ -f "$libdir/lib${f#-l}.a" ] || [ -f "$libdir/lib${f#-l}.so" ] ||
+             { echo "$f: no lib${f#-l} in '$libdir'" >&2; exit 1; } ;;
+    esac
+  done
+  [ -f "$inc/ampactor/actors/grad_scaler.h" ] || { echo "-I$inc: no grad_scaler.h" >&2; exit 1; }
+  [ "$libs" -gt 0 ]
+
+  echo "== find_package(ampactor) from $root/usr"
+  mkdir "$work/find"
+  cat >"$work/find/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(find_deb CXX)
+find_package(ampactor CONFIG REQUIRED)
+get_target_property(lib ampactor::core IMPORTED_LOCATION_RELEASE)
+get_target_property(inc ampactor::core INTERFACE_INCLUDE_DIRECTORIES)
+message(STATUS "found ${ampactor_DIR} lib=${lib} inc=${inc}")
+CMAKE
+  cmake -S "$work/find" -B "$work/find/build" -DCMAKE_PREFIX_PATH="$root/usr;$prefix_path" \
+    >"$work/find.log"
+  usr=$root/usr lib=$root/usr/lib/$arch
+  grep -q "found $lib/cmake/ampactor lib=$lib/libampactor_core.a inc=$usr/include\(;$usr/include\)*\$" \
+    "$work/find.log" || { cat "$work/find.log" >&2; exit 1; }
+  exit 0
+fi
 if [ "$mode" = subproject ]; then
   echo "== add_subdirectory(ampactor)"
   cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
@@ -53,12 +119,21 @@ fi
 echo "== the link line without CMake (doc/reference/cmake-options.md)"
 if [ -d /usr/include/torch/csrc/api/include ]; then
   PREFIX="$work/prefix"
-  g++ -std=c++17 -O1 "$src/examples/async_steps.cpp" -o "$work/async_steps-bare" \
-    -I$PREFIX/include -I/usr/include/torch/csrc/api/include \
+  # Compiled once, linked twice: the page's line, then ampactor.pc's libraries (their link order).
+  g++ -std=c++17 -O1 -c "$src/examples/async_steps.cpp" -o "$work/async_steps.o" \
+    -I$PREFIX/include -I/usr/include/torch/csrc/api/include
+  g++ "$work/async_steps.o" -o "$work/async_steps-bare" \
     -L$PREFIX/lib -lampactor_trace -lampactor_actors -lampactor_checkpoint -lampactor_messages \
     -lampactor_keeper -lampactor_scaler -lampactor_optim -lampactor_kernels -lampactor_core \
     -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
   "$work/async_steps-bare" "$work/run-bare.jsonl"
+  if command -v pkg-config >/dev/null; then
+    echo "== pkg-config --libs ampactor (doc/build/debian-package.md)"
+    libs=$(PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig" pkg-config --libs ampactor)
+    g++ "$work/async_steps.o" -o "$work/async_steps-pc" $libs \
+      -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
+    "$work/async_steps-pc" "$work/run-pc.jsonl"
+  fi
 else
   echo "skipped: the README's line is for Debian's LibTorch (/usr/include/torch)"
 fi
