@@ -71,16 +71,20 @@ StateDict from_peer_state_dict(const StateDict& in, const GradScalerOptions& opt
       check_setting(layout, "delayed_shift", double(get_int(layout, in, "delayed_shift")),
                     double(full));
       if (window < 1) bad(layout, "['scale_window'] must be >= 1, got " + std::to_string(window));
-      if (iter - last < 1)
+      if (last < -1)  // -1: none yet, as DeepSpeed starts
+        bad(layout, "['last_overflow_iter'] must be >= -1, got " + std::to_string(last));
+      if (iter <= last)
         bad(layout, "['cur_iter'] must be after ['last_overflow_iter'], got " +
                         std::to_string(iter) + " and " + std::to_string(last));
       if (hyst < 1 || hyst > full)
         bad(layout,
             "['cur_hysteresis'] must be in [1, delayed_shift], got " + std::to_string(hyst));
-      // DeepSpeed grows a clean step when (cur_iter - last_overflow_iter) % scale_window == 0:
-      // the same as torch's count at (cur_iter - last_overflow_iter - 1) % scale_window.
+      // DeepSpeed's next step grows when stable = cur_iter - last_overflow_iter - 1 (the clean
+      // steps since the last overflow) is > 0 and a multiple of scale_window; the rule's tracker
+      // is that count modulo the window, in [1, window] once there is one (rules.h).
+      const std::int64_t stable = (iter - 1) - last;  // cannot overflow: last >= -1
       return ours_of(opts, get_double(layout, in, "cur_scale"), factor, 1.0 / factor, window,
-                     (iter - last - 1) % window, hyst);
+                     stable == 0 ? 0 : 1 + (stable - 1) % window, hyst);
     }
     case RuleKind::megatron:
       return ours_of(opts, get_double(layout, in, "scale"), gf, bf, interval,
@@ -122,6 +126,8 @@ StateDict to_peer_state_dict(const StateDict& ours, const GradScalerOptions& opt
   switch (layout) {
     case RuleKind::deepspeed:
       out.set("cur_scale", scale);
+      // The tracker is the clean steps since the last overflow, modulo the window (rules.h):
+      // DeepSpeed's cur_iter - last_overflow_iter - 1, which is all it reads of the two.
       out.set("cur_iter", tracker);
       out.set("last_overflow_iter", std::int64_t(-1));
       out.set("scale_factor", ours.get_double("growth_factor"));

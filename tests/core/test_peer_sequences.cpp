@@ -3,8 +3,8 @@
 // checked after every step. Every expected value is derived by hand from the peer's published
 // source (not from tests/peer_reference.h); the comment beside each row cites the lines it
 // follows from. Sources (file @ commit):
-//   [DS]  microsoft/DeepSpeed deepspeed/runtime/fp16/loss_scaler.py @38327e07f6cd,
-//         DynamicLossScaler: init L128-L134, update_scale L170-L203
+//   [DS]  deepspeedai/DeepSpeed deepspeed/runtime/fp16/loss_scaler.py as released in deepspeed
+//         0.19.8, DynamicLossScaler: init L228-L234, update_scale L253-L288
 //   [MEG] NVIDIA/Megatron-LM megatron/core/optimizer/grad_scaler.py @d98e8a64ddf3,
 //         DynamicGradScaler: init L127-L129, update L131-L153
 //   [APX] NVIDIA/apex apex/amp/scaler.py @e13873debc46, LossScaler.update_scale L197-L217
@@ -21,7 +21,8 @@
 //         amp_update_scale_cuda_kernel L187-L200 (min_scale and max_scale are ampactor's own:
 //         doc/guide/update-rules.md, the torch row)
 // The growth tracker is each peer's count of clean steps since the last overflow or growth:
-// DeepSpeed's (cur_iter - last_overflow_iter - 1) % scale_window, Megatron's _growth_tracker,
+// DeepSpeed's since the last overflow only (after the step, cur_iter - last_overflow_iter - 1),
+// kept modulo scale_window in [1, scale_window] once there is one; Megatron's _growth_tracker,
 // apex's _unskipped, Colossal-AI's _growth_step, keras's step_counter, tf's num_good_steps, jmp's
 // counter. The hysteresis tracker: DeepSpeed's cur_hysteresis, Megatron's _hysteresis_tracker,
 // Colossal-AI's hysteresis - _hysteresis_step.
@@ -93,20 +94,24 @@ ScaleState started(const GradScalerOptions& o) {
 TEST_SUITE("peer sequences") {
   TEST_CASE(
       "deepspeed: an overflow spends the hysteresis, a backoff leaves it spent, only a growth "
-      "refills it") {
+      "refills it; the first growth on the (w+1)-th clean step, the next w later") {
     ScaleState s =
         started(GradScalerOptions::deepspeed().init_scale(1024).growth_interval(3).hysteresis(2));
-    REQUIRE(s.hysteresis_tracker() == 2);  // [DS] L134: cur_hysteresis = delayed_shift
+    REQUIRE(s.hysteresis_tracker() == 2);  // [DS] L234: cur_hysteresis = delayed_shift
     const Row rows[] = {
-        {C, 1024, 1, 2},  // [DS] L199: (0 - -1) % 3 != 0, no growth; L194 (not consecutive)
-        {O, 1024, 0, 1},  // [DS] L173 false (2, 2): L191 hysteresis -= 1, no backoff; L192
-        {C, 1024, 1, 1},  // [DS] L194: a clean step does not refill; L199: (2 - 1) % 3 != 0
-        {O, 512, 0, 1},   // [DS] L173 (cur_hysteresis == 1): L178 max(1024 / 2, 1), L184; L192
-        {O, 256, 0, 1},   // [DS] L173-L184 again: the backoff did not refill the hysteresis
-        {C, 256, 1, 1},   // [DS] L199: (5 - 4) % 3 != 0
-        {C, 256, 2, 1},   // [DS] L199: (6 - 4) % 3 != 0
-        {C, 512, 0, 2},   // [DS] L199: (7 - 4) % 3 == 0: L200-L201 refill to 2, L202 scale * 2
-        {O, 512, 0, 1},   // [DS] L191: the refilled hysteresis absorbs the next overflow
+        {C, 1024, 1, 2},  // [DS] L283: stable_interval (0 - -1) - 1 = 0, L284 false; L288
+        {O, 1024, 0, 1},  // [DS] L256 false (2, 2): L274 hysteresis -= 1, no backoff; L275
+        {C, 1024, 1, 1},  // [DS] L277: a clean step does not refill; L283: (2 - 1) - 1 = 0
+        {O, 512, 0, 1},   // [DS] L256 (cur_hysteresis == 1): L261 max(1024 / 2, 1), L267; L275
+        {O, 256, 0, 1},   // [DS] L256-L267 again: the backoff did not refill the hysteresis
+        {C, 256, 1, 1},   // [DS] L283: (5 - 4) - 1 = 0
+        {C, 256, 2, 1},   // [DS] L283-L284: (6 - 4) - 1 = 1, 1 % 3 != 0
+        {C, 256, 3, 1},   // [DS] L283-L284: 2 % 3 != 0
+        {C, 512, 1, 2},   // [DS] L283-L284: (8 - 4) - 1 = 3, 3 % 3 == 0: L286 refill, L287 * 2
+        {C, 512, 2, 2},   // [DS] L284: 4 % 3 != 0 (last_overflow_iter stays 4: the count goes on)
+        {C, 512, 3, 2},   // [DS] L284: 5 % 3 != 0
+        {C, 1024, 1, 2},  // [DS] L284: 6 % 3 == 0, three clean steps after the last growth
+        {O, 1024, 0, 1},  // [DS] L274: the refilled hysteresis absorbs the next overflow
     };
     drive(s, rows);
   }
@@ -118,14 +123,15 @@ TEST_SUITE("peer sequences") {
                                .hysteresis(2)
                                .consecutive_hysteresis(true));
     const Row rows[] = {
-        {O, 1024, 0, 1},  // [DS] L173 false: L191 hysteresis 2 -> 1; L192 last_overflow_iter = 0
-        {C, 1024, 1, 2},  // [DS] L194-L198: refilled to delayed_shift; L199: (1 - 0) % 3 != 0
-        {O, 1024, 0, 1},  // [DS] L173 false again (2): L191 absorbed; L192 last_overflow_iter = 2
-        {O, 512, 0, 1},   // [DS] L173 (cur_hysteresis == 1): L178 max(1024 / 2, 1); L192
-        {O, 256, 0, 1},   // [DS] L173-L184: consecutive overflows go on backing off
-        {C, 256, 1, 2},   // [DS] L194-L198 refill; L199: (5 - 4) % 3 != 0
-        {C, 256, 2, 2},   // [DS] L199: (6 - 4) % 3 != 0
-        {C, 512, 0, 2},   // [DS] L199: (7 - 4) % 3 == 0: L202 scale * 2 (L200: no refill there)
+        {O, 1024, 0, 1},  // [DS] L256 false: L274 hysteresis 2 -> 1; L275 last_overflow_iter = 0
+        {C, 1024, 1, 2},  // [DS] L277-L281: refilled to delayed_shift; L283: (1 - 0) - 1 = 0
+        {O, 1024, 0, 1},  // [DS] L256 false again (2): L274 absorbed; L275 last_overflow_iter = 2
+        {O, 512, 0, 1},   // [DS] L256 (cur_hysteresis == 1): L261 max(1024 / 2, 1); L275
+        {O, 256, 0, 1},   // [DS] L256-L267: consecutive overflows go on backing off
+        {C, 256, 1, 2},   // [DS] L277-L281 refill; L283: (5 - 4) - 1 = 0
+        {C, 256, 2, 2},   // [DS] L284: 1 % 3 != 0
+        {C, 256, 3, 2},   // [DS] L284: 2 % 3 != 0
+        {C, 512, 1, 2},   // [DS] L284: 3 % 3 == 0: L287 scale * 2 (L285: no refill there)
     };
     drive(s, rows);
   }
@@ -138,15 +144,16 @@ TEST_SUITE("peer sequences") {
         started(GradScalerOptions::deepspeed().init_scale(4).growth_interval(2).hysteresis(2));
     const errc at_min = errc::scale_at_minimum;
     const Row rows[] = {
-        {O, 4, 0, 1},          // [DS] L173 false: L191 absorbed; L192
-        {O, 2, 0, 1},          // [DS] L173, L174 (4 != 1), L178 max(4 / 2, 1) = 2
-        {C, 2, 1, 1},          // [DS] L199: (2 - 1) % 2 != 0
-        {O, 1, 0, 1},          // [DS] L178 max(2 / 2, 1) = 1; L192 last_overflow_iter = 3
-        {C, 1, 1, 1},          // [DS] L199: (4 - 3) % 2 != 0
-        {O, 1, 1, 1, at_min},  // [DS] L174-L176: cur_scale == min_scale raises before L192, L203
-        {O, 1, 1, 1, at_min},  // [DS] L174-L176: nothing changed, so it raises again
-        {C, 2, 0, 2},          // [DS] L203 never ran: (5 - 3) % 2 == 0, L200-L202 grows, refills
-        {O, 2, 0, 1},          // [DS] L173 false: the refilled hysteresis absorbs at 2
+        {O, 4, 0, 1},          // [DS] L256 false: L274 absorbed; L275
+        {O, 2, 0, 1},          // [DS] L256, L257 (4 != 1), L261 max(4 / 2, 1) = 2
+        {C, 2, 1, 1},          // [DS] L283: (2 - 1) - 1 = 0
+        {O, 1, 0, 1},          // [DS] L261 max(2 / 2, 1) = 1; L275 last_overflow_iter = 3
+        {C, 1, 1, 1},          // [DS] L283: (4 - 3) - 1 = 0
+        {O, 1, 1, 1, at_min},  // [DS] L257-L259: cur_scale == min_scale raises before L275, L288
+        {O, 1, 1, 1, at_min},  // [DS] L257-L259: nothing changed, so it raises again
+        {C, 1, 2, 1},          // [DS] L288 never ran: (5 - 3) - 1 = 1, 1 % 2 != 0
+        {C, 2, 1, 2},          // [DS] L284: (6 - 3) - 1 = 2, 2 % 2 == 0: L286 refill, L287 grow
+        {O, 2, 0, 1},          // [DS] L256 false: the refilled hysteresis absorbs at 2
     };
     drive(s, rows);
   }
@@ -158,9 +165,9 @@ TEST_SUITE("peer sequences") {
                                .hysteresis(1)
                                .raise_at_min_scale(false));
     const Row rows[] = {
-        {O, 1, 0, 1},  // [DS] L173 (delayed_shift == 1), L178 max(2 / 2, 1) = 1
-        {O, 1, 0, 1},  // [DS] L174 false (raise_error_at_min_scale off): L178 max(0.5, 1) = 1
-        {C, 1, 1, 1},  // [DS] L199: (2 - 1) % 5 != 0
+        {O, 1, 0, 1},  // [DS] L256 (delayed_shift == 1), L261 max(2 / 2, 1) = 1
+        {O, 1, 0, 1},  // [DS] L257 false (raise_error_at_min_scale off): L261 max(0.5, 1) = 1
+        {C, 1, 1, 1},  // [DS] L283: (2 - 1) - 1 = 0
     };
     drive(s, rows);
   }

@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "deepspeed_fixtures.h"
 #include "peer_reference.h"
 #include "refusal.h"
 
@@ -110,6 +111,59 @@ TEST_CASE("deepspeed's layout both ways continues the trajectory bit for bit") {
     return d;
   };
   both_ways(RuleKind::deepspeed, opts, start, ops, 1);
+}
+
+namespace {
+
+/// DeepSpeed's attributes as peer_state_dict writes them, in peer_reference.h's DynamicLossScaler.
+peer::DeepSpeed deepspeed_from(const StateDict& sd, const test::DsCase& c) {
+  peer::DeepSpeed d{};
+  d.cur_scale = sd.get_double("cur_scale"), d.scale_factor = sd.get_double("scale_factor");
+  d.cur_iter = sd.get_int("cur_iter"), d.last_overflow_iter = sd.get_int("last_overflow_iter");
+  d.scale_window = sd.get_int("scale_window"), d.min_scale = sd.get_double("min_scale");
+  d.delayed_shift = sd.get_int("delayed_shift"), d.cur_hysteresis = sd.get_int("cur_hysteresis");
+  d.consecutive_hysteresis = c.consecutive_hysteresis;
+  d.raise_error_at_min_scale = c.raise_error_at_min_scale;
+  return d;
+}
+
+test::DsStep step_of(ScaleState& s, bool inf) {
+  test::DsStep got;
+  got.raised = refusal_of([&] { s.update(inf); }).code == errc::scale_at_minimum;
+  got.scale = s.scale(), got.hysteresis = s.hysteresis_tracker();
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "deepspeed's layout: the real DynamicLossScaler's state mid-run, converted in and back out, "
+    "continues as DeepSpeed did") {
+  for (const test::DsCase& c : test::deepspeed_fixtures().cases) {
+    CAPTURE(c.name);
+    const GradScalerOptions opts = c.options();
+    const std::size_t next = c.resume_at + 1;
+    ScaleState in(opts);
+    load_state_dict(in, from_peer_state_dict(c.resumed, opts, RuleKind::deepspeed));
+    in.lazy_init();
+    const StateDict out = to_peer_state_dict(make_state_dict(in), opts, RuleKind::deepspeed);
+    CHECK(test::first_divergence(c, next, c.all_floats(),
+                                 [&](bool inf) { return step_of(in, inf); }) == -1);
+    // Back out: ampactor's dict holds its float scale, which DeepSpeed's raise test compares with
+    // its double min_scale; the same only where every scale is a float.
+    if (!c.all_floats()) continue;
+    peer::DeepSpeed resumed = deepspeed_from(out, c);
+    CHECK(test::first_divergence(c, next, true, [&](bool inf) {
+            test::DsStep got;
+            try {
+              resumed.update_scale(inf);
+            } catch (const std::runtime_error&) {
+              got.raised = true;
+            }
+            got.scale = resumed.cur_scale, got.hysteresis = resumed.cur_hysteresis;
+            return got;
+          }) == -1);
+  }
 }
 
 TEST_CASE("megatron's and apex's layouts both ways continue the trajectory bit for bit") {
@@ -250,7 +304,7 @@ TEST_CASE("a peer's dict that does not fit is refused by key, and nothing is loa
   sd.set("delayed_shift", std::int64_t(2));
   sd.set("cur_hysteresis", std::int64_t(1));
   const StateDict ours = from_peer_state_dict(sd, ds, RuleKind::deepspeed);
-  CHECK(ours.get_int("_growth_tracker") == 5);  // (10 - 4 - 1) % 1000
+  CHECK(ours.get_int("_growth_tracker") == 5);  // stable_interval 10 - 4 - 1, below the window
   CHECK(ours.get_int("_hysteresis_tracker") == 1);
   auto refused = [&](StateDict d, const GradScalerOptions& o) {
     return refusal_of([&] { from_peer_state_dict(d, o, RuleKind::deepspeed); });
@@ -271,6 +325,10 @@ TEST_CASE("a peer's dict that does not fit is refused by key, and nothing is loa
   StateDict order = sd;
   order.set("last_overflow_iter", std::int64_t(10));
   CHECK(refused(order, ds).code == errc::bad_state_dict);
+  StateDict before_start = sd;
+  before_start.set("last_overflow_iter", std::int64_t(-2));
+  CHECK(refused(before_start, ds).what ==
+        "deepspeed state_dict: ['last_overflow_iter'] must be >= -1, got -2");
   // A converted dict with a value load_state_dict refuses: the scaler stays as it was.
   StateDict m;
   m.set("scale", 8.0);

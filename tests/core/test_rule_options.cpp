@@ -1,10 +1,11 @@
 // The update rules' options: what each kind takes (errc::bad_rule with the reason, nothing
 // stored), the presets' defaults, the setters at run time, deepspeed's error at its minimum on
-// the thread-free scaler, and the one warning when the scale falls below 1.
+// the thread-free scaler and its floors, and the one warning when the scale falls below 1.
 #include "doctest_torch.h"
 
 #include <ampactor/core/options.h>
 #include <ampactor/core/scale_state.h>
+#include <ampactor/core/state_dict.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
 #include <ATen/ops/full.h>
@@ -107,6 +108,53 @@ TEST_CASE("deepspeed at its minimum: LocalGradScaler::update throws, the state s
   CHECK(r.what == texts::scale_at_minimum);
   CHECK(scaler.state_dict() == before);
   CHECK(scaler.get_scale() == 1.0);
+}
+
+TEST_CASE(
+    "deepspeed: a min_scale that is not a float floors the scale at float(min_scale) and raises "
+    "there, as DeepSpeed raises at its min_scale") {
+  for (bool raise : {true, false}) {
+    CAPTURE(raise);
+    ScaleState s(GradScalerOptions::deepspeed()
+                     .init_scale(1)
+                     .hysteresis(1)
+                     .min_scale(0.3)
+                     .raise_at_min_scale(raise));
+    s.lazy_init();
+    s.update(true);
+    CHECK(s.scale() == 0.5f);
+    s.update(true);  // DeepSpeed: max(0.25, 0.3) = 0.3
+    CHECK(s.scale() == float(0.3));
+    // DeepSpeed raises here (0.3 == min_scale); without raise it stays at 0.3.
+    CHECK(refusal_of([&] { s.update(true); }).code == (raise ? errc::scale_at_minimum : errc{}));
+    CHECK(s.scale() == float(0.3));
+  }
+}
+
+TEST_CASE(
+    "deepspeed with min_scale 0: the backoff stops at smallest_scale(), a scale that loads back; "
+    "there it raises, or stays") {
+  CHECK_NOTHROW(check_reciprocal_finite(smallest_scale(), errc::bad_new_scale, "s"));
+  CHECK_THROWS_AS(
+      check_reciprocal_finite(std::nextafter(smallest_scale(), 0.0f), errc::bad_new_scale, "s"),
+      ScalerError);
+  for (bool raise : {true, false}) {
+    CAPTURE(raise);
+    const auto opts =
+        GradScalerOptions::deepspeed().init_scale(1).hysteresis(1).min_scale(0).raise_at_min_scale(
+            raise);
+    ScaleState s(opts);
+    s.lazy_init();
+    int halvings = 0;
+    for (int i = 0; i < 200 && refusal_of([&] { s.update(true); }).code == errc{}; ++i)
+      halvings += s.scale() == std::ldexp(1.0f, -(i + 1));
+    CHECK(halvings == 127);  // 1 down to 2^-127; 2^-128 is below the floor
+    CHECK(s.scale() == smallest_scale());
+    CHECK(refusal_of([&] { s.update(true); }).code == (raise ? errc::scale_at_minimum : errc{}));
+    CHECK(s.scale() == smallest_scale());
+    ScaleState loaded(opts);
+    CHECK_NOTHROW(load_state_dict(loaded, make_state_dict(s)));
+  }
 }
 
 TEST_CASE("the scale falling below 1 is said once on stderr") {

@@ -130,18 +130,20 @@ inline void golden_setters_state(std::shared_ptr<TraceSink> sink) {
   r.send(r.trainer, GetParams{true});
 }
 
-/// exact policy, the deepspeed rule (version 4): hysteresis 2 absorbs the first overflow of a
-/// run and not the next, a growth refills it; at the minimum the update raises (halted), the next
-/// ScaleRequest is refused, and update(new_scale) resumes the run.
+/// exact policy, the deepspeed rule (version 6; versions 4 and 5 recorded DeepSpeed's old growth
+/// count, kept in v4/ and v5/): hysteresis 2 absorbs the first overflow of a run and not the
+/// next, the third clean step after an overflow grows (window 2) and refills it; at the minimum
+/// the update raises (halted), the next ScaleRequest is refused, and update(new_scale) resumes
+/// the run.
 inline void golden_deepspeed_rule(std::shared_ptr<TraceSink> sink) {
   const auto o = GradScalerOptions::deepspeed().init_scale(4).growth_interval(2);
   GoldenRig r(o, ScalePolicy::exact, std::move(sink));
   r.send(r.trainer, ScaleRequest{0});
-  for (iteration_t k = 0; k < 12; ++k) {
-    if (k == 8) {
+  for (iteration_t k = 0; k < 13; ++k) {
+    if (k == 9) {
       r.anon(SetScale{k, 8.0});
     } else {
-      r.report(r.opt1, k, 3, k == 0 || k == 1 || (k >= 4 && k <= 7));
+      r.report(r.opt1, k, 3, k == 0 || k == 1 || (k >= 5 && k <= 8));
       r.anon(UpdateScale{k, 1});
     }
     r.send(r.trainer, ScaleRequest{k + 1});
@@ -176,7 +178,7 @@ inline std::vector<Golden> golden_traces() {
       {"overflow_exact.jsonl", golden_overflow_exact},
       {"two_optimizers_lagged.jsonl", golden_two_optimizers_lagged},
       {"setters_state_exact.jsonl", golden_setters_state},
-      {"deepspeed_rule_exact.jsonl", golden_deepspeed_rule, 4},
+      {"deepspeed_rule_exact.jsonl", golden_deepspeed_rule, 6},
       {"megatron_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::megatron, s); }, 5},
       {"apex_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::apex, s); }, 5},
       {"colossalai_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::colossalai, s); }, 5},

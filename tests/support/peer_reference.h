@@ -1,6 +1,6 @@
 // The peers' update rules transcribed line by line from their published Python (file and commit
-// as cited in scaler/include/ampactor/scaler/rules.h), in the peer's own terms, state and number
-// types: the plain references that ampactor's data-driven rules must equal bit for bit.
+// or release as cited in core/include/ampactor/core/rules.h), in the peer's own terms, state and
+// number types: the plain references that ampactor's data-driven rules must equal bit for bit.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +10,9 @@
 
 namespace ampactor::test::peer {
 
-/// deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler (Python doubles and ints).
+/// deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler (Python doubles and ints), as in
+/// deepspeed 0.19.8: update_scale L253-L288 (the logging left out). The fixtures from the real
+/// package (test_deepspeed_fixtures.cpp) check this transcription.
 struct DeepSpeed {
   double cur_scale;
   double scale_factor = 2.0;
@@ -29,7 +31,9 @@ struct DeepSpeed {
     if (overflow) {
       if (delayed_shift == 1 || cur_hysteresis == 1) {
         if (cur_scale == min_scale && raise_error_at_min_scale)
-          throw std::runtime_error("Current loss scale already at minimum");
+          throw std::runtime_error(
+              "Current loss scale already at minimum - cannot decrease scale anymore. Exiting "
+              "run.");
         cur_scale = std::max(cur_scale / scale_factor, min_scale);
       } else {
         cur_hysteresis -= 1;
@@ -37,7 +41,8 @@ struct DeepSpeed {
       last_overflow_iter = cur_iter;
     } else {
       if (consecutive_hysteresis) cur_hysteresis = delayed_shift;
-      if (py_mod(cur_iter - last_overflow_iter, scale_window) == 0) {
+      const std::int64_t stable_interval = (cur_iter - last_overflow_iter) - 1;
+      if (stable_interval > 0 && py_mod(stable_interval, scale_window) == 0) {
         if (!consecutive_hysteresis) cur_hysteresis = delayed_shift;
         cur_scale *= scale_factor;
       }

@@ -206,6 +206,26 @@ TEST_CASE("version 1 to 5 golden traces read as version 6 values and replay iden
   }
 }
 
+TEST_CASE(
+    "version 4 and 5 deepspeed traces, recorded under DeepSpeed's old growth count, read and "
+    "replay up to that count's first growth") {
+  for (int v : {4, 5}) {
+    CAPTURE(v);
+    const Trace old = read_trace(
+        (fs::path(AMPACTOR_TRACES_DIR) / ("v" + std::to_string(v)) / "deepspeed_rule_exact.jsonl")
+            .string());
+    CHECK(old.header.version == v);
+    CHECK(old.header.opts.rule() == RuleKind::deepspeed);
+    // The old count grew on the 2nd clean step after an overflow (window 2), DeepSpeed's own
+    // grows on the 3rd: the replay diverges at that UpdateApplied, where the old one grew.
+    const ReplayResult r = replay_trace(old);
+    CHECK_FALSE(r.identical);
+    CHECK(r.expected.find("\"type\":\"UpdateApplied\",\"msg\":{\"k\":3,") != std::string::npos);
+    CHECK(r.expected.find("\"grew\":true") != std::string::npos);
+    CHECK(r.got.find("\"grew\":false") != std::string::npos);
+  }
+}
+
 TEST_CASE("the golden traces replay identically and cover overflows, optimizers and setters") {
   std::size_t backoffs = 0, errors = 0, deferred_getters = 0, loads = 0;
   std::set<std::string> optimizers;

@@ -165,7 +165,8 @@ TEST_CASE("StepTracker: mixed dtypes report the dtype nearest to overflow, the m
 TEST_CASE("each peer rule's golden trace follows the thread-free rule update by update") {
   int rules = 0;
   for (const auto& g : test::golden_traces()) {
-    if (g.since < 5) continue;  // the per-rule scenarios (golden_peer_rule)
+    // The per-rule scenarios (golden_peer_rule); deepspeed's has its own (a halt, a resume).
+    if (g.since < 5 || std::string(g.file) == "deepspeed_rule_exact.jsonl") continue;
     CAPTURE(g.file);
     const Trace t = read_trace(golden(g.file).string());
     CHECK(t.header.opts.rule() != RuleKind::torch);

@@ -23,8 +23,9 @@
 namespace ampactor {
 
 /// `ours` (a state_dict() of a scaler built with `opts`) in `layout`'s keys. deepspeed's cur_iter
-/// and last_overflow_iter are given as the clean steps since the last overflow and -1: DeepSpeed
-/// uses only their difference. An empty dict (a disabled scaler) stays empty.
+/// and last_overflow_iter are given as the clean steps since the last overflow (modulo the
+/// window, which is all its growth test reads) and -1: DeepSpeed uses only their difference. An
+/// empty dict (a disabled scaler) stays empty.
 StateDict to_peer_state_dict(const StateDict& ours, const GradScalerOptions& opts, RuleKind layout);
 
 /// A peer's state_dict in `layout`'s keys as ampactor's, for load_state_dict of a scaler built

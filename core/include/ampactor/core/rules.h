@@ -3,10 +3,11 @@
 // code.
 //
 // The scale is a float everywhere, as torch keeps it. Where a peer keeps it as a Python double
-// (deepspeed, apex) the trajectories are equal bit for bit while every scale is a float, which
-// their factor of 2 ensures. Where a peer's growth would leave float's range (megatron,
-// colossalai, keras and deepspeed/apex beyond 2^127 check nothing), the growth is refused, as
-// torch refuses it: a scale of inf would turn every later step into an overflow.
+// (deepspeed, apex) the trajectories are equal bit for bit while every scale is a normal float,
+// which their factor of 2 ensures from a float init_scale (and min_scale). Where a peer's growth
+// would leave float's range (megatron, colossalai, keras and deepspeed/apex beyond 2^127 check
+// nothing), the growth is refused, as torch refuses it: a scale of inf would turn every later step
+// into an overflow.
 #pragma once
 
 namespace ampactor {
@@ -34,9 +35,10 @@ AMPACTOR_HOST_DEVICE inline void take_growth(ScaleRuleState& state, float grown,
   state.growth_tracker = 0;
 }
 
-/// The clean-step count every rule shares: the N-th clean step since the last overflow or growth
-/// grows (`==`: an interval lowered below the tracker stalls growth until the next backoff, as in
-/// torch; tf's `>=` grows at once). Saturates at INT32_MAX where an int32 `+ 1` would overflow.
+/// The clean-step count every rule but deepspeed shares: the N-th clean step since the last
+/// overflow or growth grows (`==`: an interval lowered below the tracker stalls growth until the
+/// next backoff, as in torch; tf's `>=` grows at once). Saturates at INT32_MAX where an int32
+/// `+ 1` would overflow.
 AMPACTOR_HOST_DEVICE inline bool count_clean_step(const ScaleRule& rule, ScaleRuleState& state) {
   const std::int64_t successful = std::int64_t(state.growth_tracker) + 1;
   const bool due = rule.kind == RuleKind::tf ? successful >= rule.growth_interval
@@ -66,10 +68,19 @@ AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_torch_rule(const ScaleRule& rule
   return out;
 }
 
-/// microsoft/DeepSpeed deepspeed/runtime/fp16/loss_scaler.py @38327e07,
-/// DynamicLossScaler.update_scale (ZeRO's scaler): Python doubles; the backoff divides by the one
-/// scale_factor (growth_factor here); hysteresis is not refilled by a backoff. Its growth test
-/// (cur_iter - last_overflow_iter) % scale_window == 0 is the shared count.
+/// deepspeedai/DeepSpeed deepspeed/runtime/fp16/loss_scaler.py as released in deepspeed 0.19.8,
+/// DynamicLossScaler.update_scale L253-L288 (ZeRO's scaler; tests/fixtures/deepspeed holds the
+/// package's own trajectories). The hysteresis (delayed_shift) absorbs overflows; a backoff does
+/// not refill it. A clean step grows when stable_interval = cur_iter - last_overflow_iter - 1 (the
+/// clean steps before it since the last overflow) is > 0 and a multiple of scale_window: the
+/// (w+1)-th clean step, then every w-th. growth_tracker is that count modulo w, kept in [1, w] once
+/// there is one (0: none), so it stays bounded and a growth does not restart it; a loaded tracker
+/// t reads as stable_interval t (peer_state_dict.cpp converts both ways).
+/// Bit for bit while DeepSpeed's double is a normal float (factor 2, float init_scale and
+/// min_scale); another factor, or a subnormal scale, rounds to float where DeepSpeed's double
+/// stays exact. The floor and the raise test compare in float, the scale's type (min_scale 0.3
+/// raises at float(0.3) as DeepSpeed raises at 0.3), and never below smallest_scale(): there the
+/// rule raises or stays as at min_scale, where DeepSpeed's double would go on halving.
 AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_deepspeed_rule(const ScaleRule& rule,
                                                                ScaleRuleState& state,
                                                                bool found_inf) {
@@ -77,11 +88,12 @@ AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_deepspeed_rule(const ScaleRule& 
   const float s = state.scale;
   if (found_inf) {
     if (rule.hysteresis == 1 || state.hysteresis_tracker == 1) {
-      if (rule.raise_at_min_scale && double(s) == rule.min_scale) {
+      const float floor = fmax32(f32(rule.min_scale), smallest_scale());
+      if (rule.raise_at_min_scale && s == floor) {
         out.at_min_scale = true;  // deepspeed raises before changing anything
         return out;
       }
-      state.scale = f32(fmax64(double(s) / rule.growth_factor, rule.min_scale));
+      state.scale = fmax32(f32(double(s) / rule.growth_factor), floor);
       out.backed_off = true;
     } else {
       state.hysteresis_tracker -= 1;
@@ -91,9 +103,17 @@ AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_deepspeed_rule(const ScaleRule& 
     return out;
   }
   if (rule.consecutive_hysteresis) state.hysteresis_tracker = rule.hysteresis;
-  if (count_clean_step(rule, state)) {
+  const std::int64_t stable = state.growth_tracker, window = rule.growth_interval;
+  state.growth_tracker = static_cast<std::int32_t>(1 + stable % window);
+  if (stable > 0 && stable % window == 0) {
     if (!rule.consecutive_hysteresis) state.hysteresis_tracker = rule.hysteresis;
-    take_growth(state, f32(double(s) * rule.growth_factor), out);
+    const float grown = f32(double(s) * rule.growth_factor);
+    if (finite(grown)) {  // refused past float's range, as in take_growth
+      state.scale = grown;
+      out.grew = true;
+    } else {
+      out.growth_refused = true;
+    }
   }
   return out;
 }
@@ -167,7 +187,9 @@ AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_keras_rule(const ScaleRule& rule
 /// (DynamicLossScale; tf-keras's _DynamicLossScaleState is the same): float32, the floor fixed at
 /// 1, growth when good_steps + 1 >= period and only to a finite scale.
 /// google-deepmind/jmp jmp/_src/loss_scale.py @9c1cdbbf (DynamicLossScale.adjust): float32,
-/// maximum(min_loss_scale, scale / factor), growth only to a finite scale.
+/// maximum(min_loss_scale, scale / factor), growth only to a finite scale. That is eager jmp:
+/// under jax.jit (jmp 0.0.4) min_loss_scale is dropped (the floor becomes 1) and XLA turns the
+/// division by a factor that is not a power of two into a multiply (1 ulp off).
 /// Both divide by their one factor (growth_factor here).
 AMPACTOR_HOST_DEVICE inline UpdateOutcome apply_tf_rule(const ScaleRule& rule,
                                                         ScaleRuleState& state, bool found_inf) {

@@ -32,6 +32,14 @@ constexpr bool rule_fixes_factors(RuleKind k) {
   return k == RuleKind::apex || k == RuleKind::keras;
 }
 
+/// The smallest float scale whose reciprocal, the unscale factor, is a finite float (2^-128 is
+/// not: its reciprocal rounds to inf). check_reciprocal_finite (options.h) refuses any smaller
+/// scale at init, update(new_scale) and load_state_dict; the deepspeed rule floors its backoff
+/// here, so that every scale it reaches loads back.
+AMPACTOR_HOST_DEVICE constexpr float smallest_scale() {
+  return 0x1.000008p-128f;
+}
+
 /// The parameters of the rule, as plain data a kernel takes by value. Which fields a kind uses,
 /// and which values it takes, is checked by GradScalerOptions (options.h).
 struct ScaleRule {
