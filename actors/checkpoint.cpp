@@ -101,6 +101,10 @@ void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
+  apply_load(checked_load(archive));
+}
+
+AsyncOptimizer::Loaded AsyncOptimizer::checked_load(torch::serialize::InputArchive& archive) const {
   c10::IValue format, behind;
   if (!archive.try_read("format", format) || !format.isInt())
     refuse("not a checkpoint written by AsyncOptimizer::save (no 'format' entry)");
@@ -110,16 +114,24 @@ void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
   if (!archive.try_read("weights_behind", behind) || !behind.isBool())
     refuse("no 'weights_behind' entry");
   // Everything is read and checked before anything changes.
-  const std::vector<at::Tensor> masters = read_list(archive, "masters", masters_, true);
-  std::vector<at::Tensor> spare;
-  if (!spare_.empty()) spare = read_list(archive, "spare", spare_, false);
-  const bool weights_behind = behind.toBool();
-  if (c10::IValue setup; archive.try_read("setup", setup) && setup.isString()) {
+  Loaded l;
+  l.masters = read_list(archive, "masters", masters_, true);
+  if (!spare_.empty()) l.spare = read_list(archive, "spare", spare_, false);
+  l.weights_behind = behind.toBool();
+  if (c10::IValue setup; archive.try_read("setup", setup) && setup.isString())
+    l.setup = setup.toStringRef();
+  return l;
+}
+
+void AsyncOptimizer::apply_load(const Loaded& l) {
+  const std::vector<at::Tensor>& masters = l.masters;
+  const std::vector<at::Tensor>& spare = l.spare;
+  const bool weights_behind = l.weights_behind;
+  if (!l.setup.empty()) {
     const std::string here = run_setup(scaler());
-    if (setup.toStringRef() != here)
-      std::cerr << "ampactor: this checkpoint was written with " << setup.toStringRef()
-                << "; this process has " << here
-                << ". The run continues, but bit for bit only with the same ones.\n";
+    if (l.setup != here)
+      std::cerr << "ampactor: this checkpoint was written with " << l.setup << "; this process has "
+                << here << ". The run continues, but bit for bit only with the same ones.\n";
   }
   scaler().run_on_optimizer([&] {
     at::AutoGradMode no_grad(false);

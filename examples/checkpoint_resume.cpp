@@ -122,18 +122,18 @@ struct Run {
                  .defer_grad_move(a.swap_defer)),
         opt(make_optimizer(pipe, a.kind)) {}
 
+  /// What a checkpoint holds.
+  ampactor::RunParts parts() {
+    return ampactor::RunParts().model(model.get()).optimizer(opt).scaler(&scaler).pipeline(&pipe);
+  }
+
   /// Loads the last complete checkpoint, if there is one; the step to go on from (0 if none).
   std::int64_t resume() {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return 0;
-    // One archive holds the model, the optimizer, the scaler and the pipeline.
-    torch::serialize::InputArchive all, m, o, s, p;
-    ampactor::load_checkpoint(all, path);  // a damaged file: a clear error, nothing changed
-    all.read("model", m), all.read("optimizer", o), all.read("scaler", s), all.read("pipeline", p);
-    model->load(m), opt->load(o), scaler.load(s), pipe.load(p);
-    c10::IValue step;
-    all.read("step", step);
-    const std::int64_t start = step.toInt();
+    // The whole run or nothing: a damaged file, another model's or another optimizer's is
+    // refused with a clear error before any part changes.
+    const std::int64_t start = ampactor::load_run(path, parts());
     std::cout << "resumed from " << path << " at step " << start << ", scale " << scaler.get_scale()
               << std::endl;  // flushed: a run killed later still says where it started
     return start;
@@ -142,15 +142,9 @@ struct Run {
   /// Trains from step `start` to `--steps`, with a checkpoint every `--every` steps and at the end.
   void train(std::int64_t start) {
     auto checkpoint = [&](std::int64_t done) {
-      torch::serialize::OutputArchive all;
-      torch::serialize::OutputArchive m(all.compilation_unit()), o(all.compilation_unit()),
-          s(all.compilation_unit()), p(all.compilation_unit());
-      pipe.save(p);  // first: it waits for the step in flight, so the optimizer holds still
-      model->save(m), opt->save(o), scaler.save(s);
-      all.write("step", c10::IValue(done));
-      all.write("model", m), all.write("optimizer", o), all.write("scaler", s);
-      all.write("pipeline", p);
-      ampactor::save_atomically(all, path);  // a kill mid-write leaves the previous one whole
+      // The model, the optimizer, the scaler and the pipeline in one file, written atomically:
+      // a kill mid-write leaves the previous one whole.
+      ampactor::save_run(path, parts(), done);
     };
 
     const std::int64_t steps = args.steps, every = args.every;

@@ -24,6 +24,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -42,6 +43,8 @@ class InputArchive;
 namespace ampactor {
 
 class GradScaler;
+class RunParts;
+std::int64_t load_run(const std::string& path, const RunParts& parts);
 namespace internal {
 class HostOffload;
 class OverlapBackward;
@@ -194,6 +197,15 @@ class AsyncOptimizer {
 
  private:
   friend class GradScaler;  // tells the pipeline that it went first
+  friend std::int64_t load_run(const std::string& path, const RunParts& parts);
+  /// What load() read, checked against this pipeline; applied by apply_load.
+  struct Loaded {
+    std::vector<at::Tensor> masters, spare;
+    bool weights_behind = false;
+    std::string setup;  // the thread counts and kernels it was written with ("": not recorded)
+  };
+  Loaded checked_load(torch::serialize::InputArchive& archive) const;
+  void apply_load(const Loaded& l);
   /// The scaler; ScalerError(errc::protocol_misuse) once it is destroyed.
   GradScaler& scaler() const;
   void adopt(std::shared_ptr<torch::optim::Optimizer> opt);

@@ -10,11 +10,51 @@
 #pragma once
 
 #include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/core/arg.h>
+
+#include <cstdint>
+#include <string>
+
+namespace torch::nn {
+class Module;
+}
+namespace torch::optim {
+class Optimizer;
+}
 
 namespace ampactor {
 
 class GradScaler;
 class AsyncOptimizer;
+
+/// The parts of a training run that one checkpoint file holds, each optional:
+///   ampactor::RunParts().model(model.get()).optimizer(&opt).scaler(&scaler).pipeline(&pipe)
+class RunParts {
+  // Aliases: the option macros write `const T&`, which a spelled-out pointer type would bind wrong.
+  using Model = torch::nn::Module*;
+  using Optimizer = torch::optim::Optimizer*;
+  using Scaler = GradScaler*;
+  using Pipeline = AsyncOptimizer*;
+  AMPACTOR_ARG_ANY(Model, model, nullptr);
+  AMPACTOR_ARG_ANY(Optimizer, optimizer, nullptr);
+  AMPACTOR_ARG_ANY(Scaler, scaler, nullptr);
+  AMPACTOR_ARG_ANY(Pipeline, pipeline, nullptr);
+};
+
+/// The run's parts and `step` in one file, atomically (save_atomically), under the keys "step",
+/// "model", "optimizer", "scaler" and "pipeline" (the layout of the guide's manual checkpoint).
+/// The pipeline is saved first: it waits for the steps in flight, so the optimizer holds still.
+void save_run(const std::string& path, const RunParts& parts, std::int64_t step);
+/// Loads a whole run into the live parts, or nothing: the file is screened (load_checkpoint); the
+/// model's parameters and buffers (names, shapes, dtypes: LibTorch's Module::load checks none),
+/// the scaler's state and the pipeline's masters are checked against the live objects before
+/// anything changes; the optimizer, which only LibTorch can read, is loaded first from a
+/// snapshot-backed copy and its state checked against its parameters (Adam, AdamW, SGD and the
+/// fused ones); if any part refuses, every part is as it was. A part of `parts` the file lacks
+/// is refused too; one in the file that `parts` leaves out is not read (the model alone, for
+/// evaluation). Errors: ScalerError(errc::bad_checkpoint) naming the part. Returns the saved
+/// step.
+std::int64_t load_run(const std::string& path, const RunParts& parts);
 
 torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
                                             const GradScaler& scaler);
