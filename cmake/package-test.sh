@@ -84,6 +84,7 @@ if [ "$mode" = subproject ]; then
   cmake --build "$work/sub" -j 2 >"$work/sub-build.log"
   test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
   "$work/sub/local_scaler"
+  "$work/sub/first_pipeline"
   "$work/sub/caf_service"
   "$work/sub/async_steps" "$work/run-sub.jsonl"
   "$work/sub/checkpoint_resume" --steps 60 --every 20 --dir "$work/ckpt-sub" >"$work/ckpt-sub.log"
@@ -98,6 +99,7 @@ cmake -S "$src/examples" -B "$work/find" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$work/prefix;$prefix_path" >"$work/find-configure.log"
 cmake --build "$work/find" -j 2 >"$work/find-build.log"
 "$work/find/local_scaler"
+"$work/find/first_pipeline"
 "$work/find/caf_service"
 "$work/find/async_steps" "$work/run.jsonl"
 "$work/prefix/bin/ampactor-replay" "$work/run.jsonl"  # the installed replay reads its trace
