@@ -11,11 +11,16 @@
 #include <torch/csrc/api/include/torch/serialize/output-archive.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -40,14 +45,52 @@ std::string first_line(const std::string& what) {
                     what + " '" + path + "': " + std::string(std::strerror(errno)));
 }
 
+/// This host's name as it goes into a temporary file's name: letters, digits and '-' only.
+std::string host_tag() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "host";
+  std::string out;
+  for (const char* c = name; *c; ++c)
+    out += std::isalnum(static_cast<unsigned char>(*c)) || *c == '-' ? *c : '-';
+  return out.empty() ? "host" : out;
+}
+
+/// Removes the temporaries of `path` left by writers on this host that are gone (killed
+/// mid-write): PATH.tmp.HOST.PID.XXXXXX whose PID no longer exists. Another host's, or a live
+/// writer's, stay.
+void remove_stale_temporaries(const std::string& path, const std::string& host) {
+  const std::string::size_type slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string prefix =
+      (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp." + host + ".";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;  // creating the temporary names the problem
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '.') continue;
+    if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
+    ::unlink((slash == std::string::npos ? name : dir + name).c_str());
+  }
+  ::closedir(d);
+}
+
 /// A file beside `path`, written in full and flushed to the disk, then renamed over `path`; the
-/// directory is flushed too, so the rename itself survives a power cut. One fixed name, so a
-/// writer killed mid-write leaves at most one stale file, which the next write replaces.
+/// directory is flushed too, so the rename itself survives a power cut. Each writer has a
+/// temporary of its own (PATH.tmp.HOST.PID.XXXXXX), so writers of one path never share one: the
+/// published file is always one writer's whole checkpoint, the last rename's. A writer killed
+/// mid-write leaves its temporary, which the next write on this host removes.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  explicit AtomicFile(std::string path) : path_(std::move(path)) {
+    const std::string host = host_tag();
+    remove_stale_temporaries(path_, host);
+    tmp_ = path_ + ".tmp." + host + "." + std::to_string(::getpid()) + ".XXXXXX";
+    fd_ = ::mkostemp(tmp_.data(), O_CLOEXEC);
     if (fd_ < 0) io_error("cannot create checkpoint file", tmp_);
+    ::fchmod(fd_, 0644);  // mkostemp makes it 0600; a checkpoint is for others to read too
   }
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;

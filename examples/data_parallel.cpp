@@ -3,6 +3,7 @@
 //   ampactor-launch --nproc 2 -- ./data_parallel
 // (or torchrun's variables set by hand: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 #include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 
@@ -41,6 +42,13 @@ int main() {
     pipe.step(opt, [&] { scaler.step(opt); });
     scaler.update();
   }
+  // Every rank holds the same run, so one writes the checkpoint; every rank loads it to resume
+  // (ampactor::load_run). Ranks writing one path all the same would be safe, and wasted work.
+  if (rank == 0)
+    ampactor::save_run(
+        "data_parallel.pt",
+        ampactor::RunParts().model(model.get()).optimizer(&opt).scaler(&scaler).pipeline(&pipe),
+        60);
   pipe.sync();
   double sum = 0;
   for (const auto& p : pipe.optim_parameters())

@@ -169,7 +169,7 @@ TEST_CASE("save_atomically: an unwritable path is refused by name, the old file 
   torch::serialize::OutputArchive a;
   a.write("x", c10::IValue(1.0));
   CHECK_THROWS_WITH_AS(save_atomically(a, dir / "no-such-dir/ckpt.pt"),
-                       doctest::Contains("no-such-dir/ckpt.pt.tmp'"), ScalerError);
+                       doctest::Contains("no-such-dir/ckpt.pt.tmp."), ScalerError);
   ::mkdir((dir / "ckpt-dir").c_str(), 0755);  // rename over a directory fails
   CHECK(code_of([&] { save_atomically(a, dir / "ckpt-dir"); }) == errc::bad_checkpoint);
   CHECK(read_bytes(dir / "ckpt.pt") == old);
@@ -208,10 +208,11 @@ TEST_CASE("save_atomically and write_torch_state_dict on a full disk: refused, n
   {
     FileSizeLimit limit(64 << 10);
     // It threw from inside LibTorch's zip writer, which terminated the process (SIGABRT).
-    const std::string says =
-        "cannot write checkpoint file '" + dir / "ckpt.pt.tmp" + "': File too large";
+    const std::string says = "cannot write checkpoint file '" + dir / "ckpt.pt.tmp.";
     CHECK_THROWS_WITH_AS(save_atomically(a, dir / "ckpt.pt"), doctest::Contains(says.c_str()),
                          ScalerError);
+    CHECK_THROWS_WITH_AS(save_atomically(a, dir / "ckpt.pt"),
+                         doctest::Contains("': File too large"), ScalerError);
   }
   CHECK(read_bytes(dir / "ckpt.pt") == old);  // the old checkpoint stays, no temporary is left
   CHECK(ampactor::test::list_dir(dir) == std::vector<std::string>{"ckpt.pt"});

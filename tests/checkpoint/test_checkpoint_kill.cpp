@@ -31,6 +31,14 @@ std::string text_of(const std::string& path) {
   return {b.begin(), b.end()};
 }
 
+/// The checkpoint temporaries in `dir` (ckpt.pt.tmp.HOST.PID.XXXXXX).
+int temporaries(const TempDir& dir) {
+  int n = 0;
+  for (const std::string& name : ampactor::test::list_dir(dir))
+    n += name.rfind("ckpt.pt.tmp.", 0) == 0;
+  return n;
+}
+
 std::string final_line(const std::string& out) {
   const auto at = out.find("final:");
   return at == std::string::npos ? "" : out.substr(at, out.find('\n', at) - at);
@@ -58,7 +66,7 @@ TEST_CASE(
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
     REQUIRE_MESSAGE(writer.kill(), text_of(dir / "writer.log"));
-    mid_write += ::stat((path + ".tmp").c_str(), &st) == 0;
+    mid_write += temporaries(dir) > 0;
     torch::serialize::InputArchive a;
     ampactor::load_checkpoint(a, path);  // never a half-written file
     c10::IValue version;
@@ -72,8 +80,42 @@ TEST_CASE(
   }
   CHECK(checked == round);
   CHECK(mid_write >= 1);  // some kills did land inside a write
-  // A killed writer leaves at most its one temporary file, which the next write replaces.
-  CHECK(ampactor::test::list_dir(dir).size() <= 3);  // ckpt.pt, ckpt.pt.tmp, writer.log
+  // A killed writer leaves its temporary file, which the next writer's save removes: at most the
+  // last one's is left.
+  CHECK(temporaries(dir) <= 1);
+  CHECK(ampactor::test::list_dir(dir).size() <= 3);  // ckpt.pt, its temporary, writer.log
+}
+
+TEST_CASE("save_atomically: two processes writing one path never fail and publish whole files") {
+  TempDir dir;
+  const std::string path = dir / "ckpt.pt";
+  Child a({AMPACTOR_CHECKPOINT_WRITER, path}, dir / "a.log"),
+      b({AMPACTOR_CHECKPOINT_WRITER, path}, dir / "b.log");
+  // Every load while both write: a whole checkpoint of one of them (its CRCs checked).
+  int loads = 0;
+  const auto end = Clock::now() + std::chrono::seconds(4);
+  while (Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) continue;  // none published yet
+    torch::serialize::InputArchive ar;
+    ampactor::load_checkpoint(ar, path);
+    c10::IValue version;
+    torch::Tensor data;
+    ar.read("version", version);
+    ar.read("data", data);
+    CHECK(torch::all(data == double(version.toInt())).item<bool>());
+    ++loads;
+  }
+  CHECK(loads > 20);
+  // A failed save throws out of the writer's main: both still running means none failed.
+  CHECK_MESSAGE(a.kill(), text_of(dir / "a.log"));
+  CHECK_MESSAGE(b.kill(), text_of(dir / "b.log"));
+  // The next save removes the temporaries the killed writers left.
+  torch::serialize::OutputArchive last;
+  last.write("version", c10::IValue(std::int64_t(0)));
+  ampactor::save_atomically(last, path);
+  CHECK(temporaries(dir) == 0);
 }
 
 TEST_CASE("checkpoint_resume killed with SIGKILL at random points resumes bit for bit") {
