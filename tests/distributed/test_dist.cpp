@@ -1,7 +1,7 @@
 // Data parallel over c10d's gloo on loopback: ranks of ampactor-dist-worker started by
 // ampactor-launch (a free port each time, so parallel tests cannot collide), their outputs
 // compared with each other and with one process over the concatenated batch.
-#include "child_process.h"
+#include "dist_fixture.h"
 
 #include <ampactor/trace/replay.h>
 #include <ampactor/trace/trace.h>
@@ -14,81 +14,9 @@
 namespace fs = std::filesystem;
 using namespace ampactor;
 using ampactor::test::Child;
+using namespace ampactor::test::dist;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-/// A fresh folder per run.
-fs::path fresh(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("ampactor-dist-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-struct Run {
-  int code = -1;
-  std::chrono::steady_clock::duration elapsed{};  // from the launch to the last process's exit
-  std::string log;
-  std::vector<std::string> ranks;  // each rank's output file
-};
-
-/// `n` ranks (0: one process, --single over `single` shards) with the worker's `args`.
-Run launch(const std::string& name, int n, std::vector<std::string> args, int single = 0,
-           std::chrono::seconds limit = std::chrono::seconds(120)) {
-  const fs::path dir = fresh(name);
-  std::vector<std::string> argv;
-  if (n > 0)
-    argv = {AMPACTOR_LAUNCH,
-            "--nproc",
-            std::to_string(n),
-            "--master-port",
-            "0",
-            "--grace",
-            "60",
-            "--",
-            AMPACTOR_DIST_WORKER};
-  else
-    argv = {AMPACTOR_DIST_WORKER, "--single", std::to_string(single)};
-  argv.insert(argv.end(), {"--out", dir.string()});
-  argv.insert(argv.end(), args.begin(), args.end());
-  Run r;
-  {
-    const auto start = std::chrono::steady_clock::now();
-    Child c(argv, (dir / "log.txt").string());
-    r.code = c.wait(limit);
-    r.elapsed = std::chrono::steady_clock::now() - start;
-  }
-  r.log = slurp(dir / "log.txt");
-  for (int i = 0; i < std::max(n, 1); ++i)
-    r.ranks.push_back(slurp(dir / ("rank" + std::to_string(i) + ".txt")));
-  return r;
-}
-
-/// The (scale, found_inf) lines of a rank's output.
-std::vector<std::pair<double, int>> trajectory(const std::string& out) {
-  std::vector<std::pair<double, int>> t;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream l(line);
-    std::string first;
-    l >> first;
-    if (first == "param" || first == "done" || first == "overlap_bytes") continue;
-    double scale = 0;
-    int inf = 0;
-    l >> scale >> inf;
-    t.emplace_back(scale, inf);
-  }
-  return t;
-}
 
 const std::vector<std::vector<std::string>> kPaths = {
     {"--path", "local"},
@@ -101,13 +29,6 @@ std::string joined(const std::vector<std::string>& v) {
   for (const auto& a : v)
     s += a + " ";
   return s;
-}
-
-/// The line rank `rank` of the worker wrote to stderr (its error), or "" if it wrote none.
-std::string said_by(const std::string& log, int rank) {
-  const std::string said = "ampactor-dist-worker rank " + std::to_string(rank) + ": ";
-  const auto at = log.find(said);
-  return at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
 }
 
 /// f(n, path's arguments) for 2 and 4 ranks on every path.
