@@ -263,6 +263,10 @@ const GradScalerOptions& GradScaler::options() const {
 const std::shared_ptr<KeeperTap>& GradScaler::tap() const {
   return impl_->setup.tap;
 }
+
+std::string GradScaler::tap_failure() const {
+  return impl_->setup.tap ? impl_->setup.tap->failure() : std::string();
+}
 const ScalerActors& GradScaler::actors() const {
   return impl_->setup.actors;
 }

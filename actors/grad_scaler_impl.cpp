@@ -72,6 +72,7 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o,
   setup.opts = o;
   setup.policy = p;
   setup.tap = keeper.tap();
+  setup.raise_tap_failure = keeper.raise_tap_failure();
   if (!s) {
     own = std::make_unique<internal::SystemHolder>();
     s = &own->sys();
@@ -223,6 +224,15 @@ void GradScaler::Impl::receive_one() {
 void GradScaler::Impl::raise_unreported() {
   drain();
   if (auto d = log.take_unreported()) throw ScalerError(d->error_code, d->error_text);
+  // A tap that stopped recording (the trace file said it on stderr already): raised once, if
+  // asked for.
+  if (setup.tap && !setup.tap_failure_seen && setup.raise_tap_failure) {
+    const std::string why = setup.tap->failure();
+    if (!why.empty()) {
+      setup.tap_failure_seen = true;
+      throw ScalerError(errc::bad_trace, why);
+    }
+  }
 }
 
 void GradScaler::Impl::close_iteration(const std::optional<KeeperInput>& update) {

@@ -185,18 +185,21 @@ TraceError::TraceError(const std::string& source, std::size_t line, const std::s
 
 namespace {
 
-/// The trailer of a version 3 trace: {"end":"ampactor","events":N}, N the events before it.
-void read_trailer(const json& j, std::size_t events) {
+/// The trailer of a version 3 trace: {"end":"ampactor","events":N}, N the events before it, and
+/// "stopped": why, when a write failed and the recording stopped there. Returns that reason.
+std::string read_trailer(const json& j, std::size_t events) {
   Reader r{j, "trailer"};
-  std::string end;
+  std::string end, stopped;
   r("end", end);
   if (end != "ampactor") throw Bad("trailer.end: expected \"ampactor\", got \"" + end + "\"");
   std::int64_t n = -1;
   r.integer("events", n);
+  if (j.contains("stopped")) r("stopped", stopped);
   r.done();
   if (n < 0 || std::size_t(n) != events)
     throw Bad("the trailer counts " + std::to_string(n) + " events, the trace holds " +
               std::to_string(events) + " (lines lost or added)");
+  return stopped;
 }
 
 }  // namespace
@@ -256,9 +259,10 @@ Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
         have_header = true;
         t.complete = t.header.version < 3;  // from version 3, complete once its trailer is read
       } else if (t.header.version >= 3 && j.is_object() && j.contains("end")) {
-        read_trailer(j, t.events.size());
+        const std::string stopped = read_trailer(j, t.events.size());
         trailer_seen = true;
-        t.complete = true;
+        t.complete = stopped.empty();  // a recording whose writes failed ends early, saying so
+        if (!stopped.empty()) t.stopped_at = line, t.stop_reason = stopped;
       } else {
         t.events.push_back(read_event(j, t.events.size(), t.header.version));
         t.lines.push_back(line);

@@ -1,7 +1,10 @@
 // Writing traces: JSON Lines, one event a line, numbers exact.
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -9,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <mutex>
 
 #include "trace_fields.h"
@@ -189,8 +193,34 @@ struct TraceFile::State {
   /// Hands the buffer to the kernel (a write(2), no fsync): what a crash of the process leaves.
   void flush_locked() {
     out.flush();
-    if (!out) ok = false;
+    if (!out) return failed_locked();
     flushed = std::chrono::steady_clock::now();
+    good_bytes = out.tellp();
+    good_events = events;
+  }
+  /// A write failed (errno says why): said once on stderr, the file cut back to its last whole
+  /// flush with a trailer saying where and why the recording stopped, and closed.
+  void failed_locked() {
+    const int err = errno;
+    ok = false;
+    if (!failure.empty()) return;
+    failure = "the trace " + path + " could not be written (" + std::strerror(err ? err : EIO) +
+              "): it holds the first " + std::to_string(good_events) +
+              " events; the recording stopped there";
+    failed.store(true);
+    std::cerr << "ampactor: " << failure << " (the training goes on)\n";
+    out.clear();
+    out.close();  // whatever it still holds goes or not: the file is cut back below
+    if (::truncate(path.c_str(), off_t(good_bytes)) != 0 || good_bytes == 0) return;
+    // The trailer, if it fits: a reader then knows the recording stopped and why.
+    std::ofstream tail(path, std::ios::app);
+    nlohmann::json j = {{"end", "ampactor"}, {"events", good_events}, {"stopped", failure}};
+    tail << j.dump() << '\n';
+    tail.flush();
+    if (!tail) {
+      tail.close();
+      ::truncate(path.c_str(), off_t(good_bytes));  // no half trailer
+    }
   }
   std::mutex mu;
   TraceFileOptions options;
@@ -201,6 +231,10 @@ struct TraceFile::State {
   std::ofstream out;
   std::string line;
   bool ok = true;
+  std::streamoff good_bytes = 0;  // the file's length at the last successful flush
+  std::uint64_t good_events = 0;  // the events it holds then
+  std::string failure;            // why the recording stopped ("" while it records)
+  std::atomic<bool> failed{false};
 };
 
 TraceFile::TraceFile(const std::string& path, const TraceFileOptions& options)
@@ -228,8 +262,8 @@ void TraceFile::header(const TraceHeader& h) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (!s.ok || !s.out.is_open()) return;
   s.out << text << '\n';
-  if (!s.out) s.ok = false;
-  if (s.ok) s.flush_locked();  // a file that exists has its header
+  if (!s.out) return s.failed_locked();
+  s.flush_locked();  // a file that exists has its header
 }
 
 void TraceFile::event(const TraceEvent& e) {
@@ -240,7 +274,7 @@ void TraceFile::event(const TraceEvent& e) {
   append_event(s.line, e);
   s.line += '\n';
   s.out.write(s.line.data(), std::streamsize(s.line.size()));
-  if (!s.out) s.ok = false;
+  if (!s.out) return s.failed_locked();
   ++s.events;
   // An iteration ends with the keeper's UpdateApplied: hand the records to the kernel there, so a
   // killed process leaves whole iterations; and at least once a second for long ones.
@@ -255,10 +289,16 @@ bool TraceFile::close() {
   if (s.out.is_open()) {
     if (s.ok) s.out << "{\"end\":\"ampactor\",\"events\":" << s.events << "}\n";  // complete
     s.out.flush();
-    if (!s.out) s.ok = false;
+    if (!s.out) return s.failed_locked(), false;
     s.out.close();
   }
   return s.ok;
+}
+
+std::string TraceFile::failure() const {
+  if (!state_->failed.load()) return {};  // the keeper's thread writes: no lock while it records
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->failure;
 }
 
 bool TraceFile::ok() const {

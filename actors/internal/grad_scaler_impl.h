@@ -21,6 +21,8 @@ struct ScalerSetup {
   GradScalerOptions opts;
   ScalePolicy policy = ScalePolicy::exact;
   std::shared_ptr<KeeperTap> tap;
+  bool raise_tap_failure = false;  // KeeperOptions::raise_tap_failure
+  bool tap_failure_seen = false;   // the tap's failure was taken up (raised at most once)
   ScalerActors actors;
   std::thread::id owner = std::this_thread::get_id();
   /// Bumped by cancel(): jobs queued before it are dropped unrun.

@@ -20,10 +20,12 @@
 
 #include "archive_fixture.h"
 #include "checkpoint_fixture.h"
+#include "file_size_limit.h"
 #include "refusal.h"
 #include "zip_fixture.h"
 
 using namespace ampactor;
+using ampactor::test::FileSizeLimit;
 using ampactor::test::read_bytes;
 using ampactor::test::TempDir;
 using ampactor::test::write_bytes;
@@ -175,28 +177,6 @@ TEST_CASE("save_atomically: an unwritable path is refused by name, the old file 
   CHECK(read_bytes(dir / "ckpt.pt") == old);
   CHECK(ampactor::test::list_dir(dir) == std::vector<std::string>{"ckpt-dir", "ckpt.pt"});
 }
-
-namespace {
-
-/// Writes past `bytes` fail with EFBIG (as on a full disk, ENOSPC) while it lives: the process's
-/// file size limit, with SIGXFSZ ignored so that the write returns the error.
-struct FileSizeLimit {
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old);
-    rlimit lim = old;
-    lim.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    old_handler = std::signal(SIGXFSZ, SIG_IGN);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old);
-    std::signal(SIGXFSZ, old_handler);
-  }
-  rlimit old{};
-  void (*old_handler)(int) = nullptr;
-};
-
-}  // namespace
 
 TEST_CASE("save_atomically and write_torch_state_dict on a full disk: refused, nothing left") {
   TempDir dir;

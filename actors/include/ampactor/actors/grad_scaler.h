@@ -167,6 +167,10 @@ class GradScaler {
   const GradScalerOptions& options() const;
   /// The keeper's tap, if any.
   const std::shared_ptr<KeeperTap>& tap() const;
+  /// Why the tap records no more (a trace that could not be written), or "" while it records
+  /// (or without a tap). With KeeperOptions::raise_tap_failure the next unscale_, step, update
+  /// or sync after the failure also throws it, once.
+  std::string tap_failure() const;
   /// The actors behind the scaler, for a trainer of one's own or a monitor
   /// (subscribe(actors(), who) in <ampactor/actors/optimizer_actor.h>).
   const ScalerActors& actors() const;

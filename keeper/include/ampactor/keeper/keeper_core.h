@@ -81,6 +81,8 @@ class KeeperTap {
   virtual void output(const KeeperOutput& out) = 0;
   /// Once, when the keeper stops (its actor exits): nothing more will come.
   virtual void stopped() {}
+  /// Why the tap records no more (a trace write failed), or "" while it records. Any thread.
+  virtual std::string failure() const { return {}; }
 };
 
 /// How a keeper runs, for spawn_scale_keeper and GradScaler:
@@ -96,6 +98,10 @@ class KeeperOptions {
   /// <ampactor/trace/trace.h>); told started() before spawn_scale_keeper returns and stopped()
   /// when the keeper exits.
   AMPACTOR_ARG_ANY(std::shared_ptr<KeeperTap>, tap, nullptr);
+  /// A tap that fails (a trace that cannot be written: a full disk, a file size limit) is said
+  /// once on stderr and by GradScaler::tap_failure(); true: the GradScaler call after the failure
+  /// also throws ScalerError(errc::bad_trace) with the reason, once (the training may go on).
+  AMPACTOR_ARG_ANY(bool, raise_tap_failure, false);
 };
 
 class KeeperCore {

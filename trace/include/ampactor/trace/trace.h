@@ -90,6 +90,8 @@ class TraceSink {
   virtual void event(const TraceEvent& e) = 0;
   /// The keeper stopped: nothing more comes.
   virtual void finish() {}
+  /// Why the sink records no more, or "" while it records (TraceFile::failure). Any thread.
+  virtual std::string failure() const { return {}; }
 };
 
 /// Writes JSON Lines to a file. Opening fails with ScalerError(errc::bad_trace); a later write
@@ -115,6 +117,10 @@ class TraceFile final : public TraceSink {
   /// Flushes and closes; false if any write failed. Idempotent.
   bool close();
   bool ok() const;
+  /// After a failed write: the file, the events recorded whole and the system's reason, "" before.
+  /// The file is cut back to its last whole flush and ends with a trailer saying where the
+  /// recording stopped and why (when that still fits); nothing more is written.
+  std::string failure() const override;
   const std::string& path() const;
 
  private:
@@ -141,6 +147,7 @@ class TraceRecorder final : public KeeperTap {
   void input(peer_id from, const KeeperInput& in) override;
   void output(const KeeperOutput& out) override;
   void stopped() override;
+  std::string failure() const override { return sink_->failure(); }
   const std::shared_ptr<TraceSink>& sink() const { return sink_; }
 
  private:
