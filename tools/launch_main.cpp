@@ -1,33 +1,91 @@
 // ampactor-launch: runs N ranks of a program on this machine with torchrun's variables (RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), waits for them, and says
-// which rank failed. A failed rank's peers fail by themselves within their own timeout; those
-// still running `--grace` seconds after the first failure are killed.
+// how each one ended. It owns its ranks: each runs in a session (and process group) of its own
+// with PR_SET_PDEATHSIG, so the kernel SIGKILLs it when the launcher dies, however it dies;
+// SIGINT and SIGTERM are forwarded to every rank's group; and the ranks still running `--grace`
+// seconds after the first failure or forwarded signal are SIGKILLed, so it never waits forever.
+// Exit code: 0 when every rank exited with 0; else 128 + S for a signal S the launcher got before
+// any rank failed; else the first failing rank's (its code, or 128 + S if signal S killed it);
+// 2 for the launcher's own errors (options, a rank that cannot start).
 #include <CLI/CLI.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 extern char** environ;
 
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
+using Clock = std::chrono::steady_clock;
+
+// How long ranks SIGKILLed after the grace period may take to be reaped before the launcher
+// stops waiting for them: a process in uninterruptible sleep (a driver, NFS) dies only when it
+// leaves it, and the launcher must not wait forever for that either.
+constexpr std::chrono::seconds kReapWait{10};
+
+// The handler only counts and writes a byte to the self-pipe, which wakes the loop's poll().
+volatile sig_atomic_t g_signal = 0;   // the last SIGINT or SIGTERM
+volatile sig_atomic_t g_signals = 0;  // how many have come
+int g_wake[2] = {-1, -1};
+constexpr int kHandled[] = {SIGINT, SIGTERM, SIGCHLD};
+
 void on_signal(int s) {
-  g_signal = s;
+  const int saved = errno;
+  if (s != SIGCHLD) g_signal = s, g_signals = g_signals + 1;
+  const char byte = 0;
+  (void)!::write(g_wake[1], &byte, 1);  // non-blocking: a full pipe wakes the loop already
+  errno = saved;
+}
+
+sigset_t handled() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : kHandled)
+    sigaddset(&set, s);
+  return set;
+}
+
+void install_handlers() {
+  if (::pipe2(g_wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error(std::string("cannot make a pipe: ") + std::strerror(errno));
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_mask = handled();
+  sa.sa_flags = SA_RESTART;  // no SA_NOCLDSTOP: a rank that stops is worth a line
+  for (int s : kHandled)
+    ::sigaction(s, &sa, nullptr);
+}
+
+std::string signal_name(int s) {
+  std::string n = std::to_string(s);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 32)
+  if (const char* abbrev = ::sigabbrev_np(s)) n += std::string(" (SIG") + abbrev + ")";
+#endif
+  return n;
+}
+
+std::string seconds(double s) {
+  std::ostringstream o;
+  o << s << " s";
+  return o.str();
 }
 
 /// A port free on this machine now (the kernel's choice), for --master-port 0.
@@ -50,7 +108,38 @@ void say(const std::string& what) {
   std::fputs(line.c_str(), stderr);
 }
 
-pid_t spawn(const std::vector<std::string>& cmd, const std::map<std::string, std::string>& set) {
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool ended = false;
+  bool stopped = false;  // as last seen: stopped by a signal and not continued
+  bool killed = false;   // SIGKILLed by the launcher after the grace period
+  int status = 0;        // waitpid's, once ended
+};
+
+/// How a rank that ended did, as its line says it.
+std::string outcome(const Rank& r, double grace) {
+  const std::string who = "rank " + std::to_string(r.rank);
+  if (WIFEXITED(r.status))
+    return who + (WEXITSTATUS(r.status) == 0
+                      ? " succeeded"
+                      : " exited with code " + std::to_string(WEXITSTATUS(r.status)));
+  if (r.killed && WTERMSIG(r.status) == SIGKILL)
+    return who + " was killed by the launcher after the grace period (" + seconds(grace) +
+           (r.stopped ? "; it was stopped)" : ")");
+  return who + " was killed by signal " + signal_name(WTERMSIG(r.status));
+}
+
+/// `s` to the rank's process group (its own children too), or to the rank alone while it has no
+/// group yet (before its setsid).
+void signal_rank(const Rank& r, int s) {
+  if (::kill(-r.pid, s) != 0) ::kill(r.pid, s);
+}
+
+/// Starts `cmd` as a rank the launcher owns. Called with kHandled blocked, so that no signal runs
+/// the launcher's handler in the child; `mask` is the mask the child gets back before its exec.
+pid_t spawn(const std::vector<std::string>& cmd, const std::map<std::string, std::string>& set,
+            const sigset_t& mask) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     const std::string kv(*e);
@@ -65,10 +154,134 @@ pid_t spawn(const std::vector<std::string>& cmd, const std::map<std::string, std
   for (const std::string& e : env)
     envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
-  if (rc != 0) throw std::runtime_error("cannot start " + cmd[0] + ": " + std::strerror(rc));
+  int err[2];  // the exec's errno, if it fails; closed by a successful exec
+  if (::pipe2(err, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("cannot make a pipe: ") + std::strerror(errno));
+  const pid_t launcher = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // async-signal-safe calls only, until the exec
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s : kHandled)
+      ::sigaction(s, &dfl, nullptr);
+    ::setsid();  // a group of its own: signals reach its children too
+    // Dies with the launcher, even a SIGKILLed one (the signal follows the forking thread, and
+    // the launcher has only one).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(128 + SIGKILL);  // the launcher died before the prctl
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const int e = errno;
+    (void)!::write(err[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    const int e = errno;
+    ::close(err[0]), ::close(err[1]);
+    throw std::runtime_error("cannot start " + cmd[0] + ": " + std::strerror(e));
+  }
+  ::close(err[1]);
+  int e = 0;
+  ssize_t n;
+  while ((n = ::read(err[0], &e, sizeof e)) < 0 && errno == EINTR) {
+  }
+  ::close(err[0]);
+  if (n == sizeof e) {  // the exec failed
+    ::waitpid(pid, nullptr, 0);
+    throw std::runtime_error("cannot start " + cmd[0] + ": " + std::strerror(e));
+  }
   return pid;
+}
+
+/// Waits for the ranks and returns the exit code. Once the run has failed (a rank did, or a
+/// signal came) every rank's end is said; those still running `grace` seconds later are killed.
+int supervise(std::vector<Rank>& ranks, double grace) {
+  const auto grace_d = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(grace, 1e9)));  // no overflow of the clock
+  int code = 0;
+  std::string why;  // what gave the exit code
+  bool failed = false;
+  int signals = 0;  // of g_signals, those handled
+  std::optional<Clock::time_point> kill_at, give_up_at;
+  auto running = [&] {
+    return std::count_if(ranks.begin(), ranks.end(), [](const Rank& r) { return !r.ended; });
+  };
+  auto fail = [&](int c, const std::string& reason) {
+    if (code == 0) code = c, why = reason;
+    if (!kill_at) kill_at = Clock::now() + grace_d;
+    if (failed) return;
+    failed = true;
+    for (const Rank& r : ranks)  // those that succeeded before, so that each rank has its line
+      if (r.ended) say(outcome(r, grace));
+  };
+  auto reap = [&] {
+    int status = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
+      const auto r = std::find_if(ranks.begin(), ranks.end(),
+                                  [&](const Rank& x) { return x.pid == pid && !x.ended; });
+      if (r == ranks.end()) continue;
+      const std::string who = "rank " + std::to_string(r->rank);
+      if (WIFSTOPPED(status)) {
+        r->stopped = true;
+        say(who + " is stopped by signal " + signal_name(WSTOPSIG(status)));
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        r->stopped = false;
+        say(who + " continues");
+        continue;
+      }
+      r->status = status;
+      const int c = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (c != 0) fail(c, outcome(*r, grace) + " first");
+      r->ended = true;
+      if (failed) say(outcome(*r, grace));
+    }
+  };
+  while (running() > 0) {
+    reap();
+    if (running() == 0) break;
+    const auto now = Clock::now();
+    if (g_signals != signals) {
+      if (signals == 0) {
+        const int s = g_signal;
+        fail(128 + s, "signal " + signal_name(s) + " to the launcher");
+        kill_at = std::min(*kill_at, now + grace_d);
+        for (const Rank& r : ranks)
+          if (!r.ended) signal_rank(r, s);
+        say("signal " + signal_name(s) + " forwarded to the " + std::to_string(running()) +
+            " ranks still running; SIGKILL to those left in " + seconds(grace));
+      } else if (!give_up_at) {
+        kill_at = now;  // a second signal: no more grace
+      }
+      signals = g_signals;
+    }
+    if (kill_at && now >= *kill_at && !give_up_at) {
+      for (Rank& r : ranks)
+        if (!r.ended) signal_rank(r, SIGKILL), r.killed = true;
+      give_up_at = now + kReapWait;
+      continue;
+    }
+    if (give_up_at && now >= *give_up_at) {
+      for (const Rank& r : ranks)
+        if (!r.ended)
+          say("rank " + std::to_string(r.rank) + " has not ended " +
+              seconds(double(kReapWait.count())) + " after the launcher's SIGKILL; left behind");
+      break;
+    }
+    int timeout_ms = -1;
+    if (const auto next = give_up_at ? give_up_at : kill_at)
+      timeout_ms =
+          std::max(0, int(std::chrono::ceil<std::chrono::milliseconds>(*next - now).count()));
+    pollfd wake{g_wake[0], POLLIN, 0};
+    ::poll(&wake, 1, timeout_ms);
+    char drain[64];
+    while (::read(g_wake[0], drain, sizeof drain) > 0) {
+    }
+  }
+  if (code != 0) say("exit code " + std::to_string(code) + ": " + why);
+  return code;
 }
 
 }  // namespace
@@ -86,69 +299,50 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr", addr, "the address of node 0 (MASTER_ADDR)");
   app.add_option("--master-port", port, "the store's port on node 0 (MASTER_PORT; 0: a free one)")
       ->check(CLI::Range(0, 65535));
-  app.add_option("--grace", grace, "seconds the other ranks get after a rank fails")
+  app.add_option("--grace", grace,
+                 "seconds the ranks get after a rank fails or SIGINT/SIGTERM is forwarded, "
+                 "before SIGKILL")
       ->check(CLI::NonNegativeNumber);
   app.add_option("command", cmd, "the program and its arguments (after --)")->required();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad option is the launcher's error: 2
+  }
   if (node_rank >= nnodes) {
-    std::cerr << "ampactor-launch: --node-rank " << node_rank << " must be below --nnodes "
-              << nnodes << "\n";
+    say("--node-rank " + std::to_string(node_rank) + " must be below --nnodes " +
+        std::to_string(nnodes));
     return 2;
   }
+  std::vector<Rank> ranks;
   try {
     if (port == 0) {
       if (nnodes > 1) throw std::runtime_error("--master-port 0 needs --nnodes 1");
       port = free_port();
     }
-    ::signal(SIGINT, on_signal);
-    ::signal(SIGTERM, on_signal);
-    std::map<pid_t, int> running;  // pid -> rank
+    install_handlers();
+    // Blocked while the ranks start: a signal meanwhile is handled once they all run.
+    sigset_t block = handled(), mask;
+    ::sigprocmask(SIG_BLOCK, &block, &mask);
     for (int l = 0; l < nproc; ++l) {
       const int rank = node_rank * nproc + l;
-      running[spawn(cmd, {{"RANK", std::to_string(rank)},
-                          {"WORLD_SIZE", std::to_string(nproc * nnodes)},
-                          {"LOCAL_RANK", std::to_string(l)},
-                          {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
-                          {"MASTER_ADDR", addr},
-                          {"MASTER_PORT", std::to_string(port)}})] = rank;
+      ranks.push_back({rank, spawn(cmd,
+                                   {{"RANK", std::to_string(rank)},
+                                    {"WORLD_SIZE", std::to_string(nproc * nnodes)},
+                                    {"LOCAL_RANK", std::to_string(l)},
+                                    {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+                                    {"MASTER_ADDR", addr},
+                                    {"MASTER_PORT", std::to_string(port)}},
+                                   mask)});
     }
-    int result = 0;
-    std::chrono::steady_clock::time_point deadline{};
-    bool killed = false;
-    while (!running.empty()) {
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid > 0 && running.count(pid)) {
-        const int rank = running[pid];
-        running.erase(pid);
-        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        if (code != 0) {
-          say("rank " + std::to_string(rank) +
-              (WIFEXITED(status) ? " exited with code " + std::to_string(code)
-                                 : " was killed by signal " + std::to_string(WTERMSIG(status))));
-          if (result == 0) {
-            result = code;
-            deadline = std::chrono::steady_clock::now() +
-                       std::chrono::milliseconds(std::int64_t(grace * 1000));
-          }
-        }
-        continue;
-      }
-      const bool expired = result != 0 && std::chrono::steady_clock::now() > deadline;
-      if ((g_signal || expired) && !killed) {
-        for (const auto& [p, rank] : running) {
-          say("stopping rank " + std::to_string(rank) +
-              (g_signal ? " (interrupted)" : " (still running after the grace)"));
-          ::kill(p, g_signal ? g_signal : SIGKILL);
-        }
-        killed = true;
-        if (result == 0) result = 128 + g_signal;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return result;
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+    return supervise(ranks, grace);
   } catch (const std::exception& e) {
-    std::cerr << "ampactor-launch: " << e.what() << "\n";
+    say(e.what());
+    for (const Rank& r : ranks) {  // the ranks started before a later one could not
+      signal_rank(r, SIGKILL);
+      say("rank " + std::to_string(r.rank) + " was killed by the launcher (a rank cannot start)");
+    }
     return 2;
   }
 }
