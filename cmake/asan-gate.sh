@@ -51,5 +51,5 @@ fuzz() {
     }
   grep -E "^INFO: Seed:|^stat::number_of_executed_units|^stat::new_units_added|DONE" "$BUILD/$target.log" || true
 }
-fuzz ampactor-fuzz-trace -dict="$SRC/fuzz/trace.dict" "$SRC/tests/traces"
+fuzz ampactor-fuzz-trace -dict="$SRC/fuzz/trace.dict" "$SRC/tests/traces" "$SRC/fuzz/corpus/trace"
 fuzz ampactor-fuzz-checkpoint -dict="$SRC/fuzz/checkpoint.dict" "$SRC/fuzz/corpus/checkpoint"
