@@ -171,9 +171,9 @@ float GradScaler::Impl::ensure_scale() {
     if (setup.policy == ScalePolicy::exact)
       while (!m.applied || m.applied->k < m.k - 1)
         receive_one();
-    if (m.applied && m.applied->halted)
-      throw ScalerError(errc::scale_at_minimum, texts::scale_at_minimum);
-    if (m.applied) m.scale_k = m.applied->scale;
+    // A halted keeper (the deepspeed rule at its minimum, a collapsed scale): the scale request
+    // below brings its error, with its own code and text.
+    if (m.applied && !m.applied->halted) m.scale_k = m.applied->scale;
   }
   if (!m.scale_k) {
     m.scale_k = ask_keeper<ScaleReply>(*self, ScaleRequest{m.k}).scale;

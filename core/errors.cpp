@@ -62,7 +62,8 @@ constexpr CodeName kNames[] = {AMPACTOR_ERRC_NAME(unscale_twice),
                                AMPACTOR_ERRC_NAME(bad_rule),
                                AMPACTOR_ERRC_NAME(scale_at_minimum),
                                AMPACTOR_ERRC_NAME(rank_failed),
-                               AMPACTOR_ERRC_NAME(bad_trace)};
+                               AMPACTOR_ERRC_NAME(bad_trace),
+                               AMPACTOR_ERRC_NAME(scale_collapsed)};
 #undef AMPACTOR_ERRC_NAME
 
 constexpr auto kFirst = static_cast<std::size_t>(errc::unscale_twice);
@@ -72,8 +73,8 @@ constexpr bool in_enum_order() {
   return true;
 }
 static_assert(in_enum_order(), "kNames must list the codes in the enum's order");
-// errc has no count of its codes: a code added after bad_trace must be added above, and here.
-static_assert(kNames[std::size(kNames) - 1].code == errc::bad_trace,
+// errc has no count of its codes: a code added after scale_collapsed must be added above, and here.
+static_assert(kNames[std::size(kNames) - 1].code == errc::scale_collapsed,
               "kNames must end at the last code");
 
 }  // namespace

@@ -44,6 +44,21 @@ GradScalerOptions& GradScalerOptions::hysteresis(std::int64_t v) {
   return *this;
 }
 
+GradScalerOptions& GradScalerOptions::collapse_backoffs(std::int64_t v) {
+  if (v < 0 || v > std::numeric_limits<std::int32_t>::max())
+    bad_rule("collapse_backoffs must be >= 0 and fit in int32. Got " + std::to_string(v) + ".");
+  collapse_backoffs_ = v;
+  return *this;
+}
+
+GradScalerOptions& GradScalerOptions::collapse_below(double v) {
+  // Checked as the float it is compared in: a threshold beyond float's range would say nothing.
+  if (!(v >= 0) || !std::isfinite(float(v)))
+    bad_rule("collapse_below must be finite and >= 0 as a float. Got " + show_value(v) + ".");
+  collapse_below_ = v;
+  return *this;
+}
+
 ScaleRule GradScalerOptions::scale_rule() const {
   ScaleRule r{growth_factor_, backoff_factor_, growth_interval_};
   r.kind = rule_;

@@ -1,6 +1,7 @@
 #include <ampactor/core/scale_state.h>
 
 #include <iostream>
+#include <sstream>
 
 namespace ampactor {
 
@@ -18,7 +19,10 @@ UpdateOutcome apply_update_rule(float& scale, std::int32_t& growth_tracker, bool
 ScaleState::ScaleState(const GradScalerOptions& opts)
     : init_scale_(opts.init_scale()),
       init_hysteresis_(opts.hysteresis()),
-      rule_(opts.scale_rule()) {}
+      rule_(opts.scale_rule()),
+      collapse_backoffs_(opts.collapse_backoffs()),
+      collapse_below_(float(opts.collapse_below())),
+      raise_on_collapse_(opts.raise_on_collapse()) {}
 
 void ScaleState::lazy_init() {
   if (scale_) return;
@@ -51,17 +55,60 @@ void ScaleState::set_growth_interval(std::int64_t v) {
   rule_.growth_interval = v;
 }
 
+std::string ScaleState::history(float next) const {
+  std::ostringstream s;
+  s << "the last " << backed_off_from_.size() + 1 << " backoffs: ";
+  for (float x : backed_off_from_)
+    s << x << " -> ";
+  s << *scale_ << " -> " << next;
+  return s.str();
+}
+
 UpdateOutcome ScaleState::update(bool found_inf) {
   ScaleRuleState state{*scale_, tracker_, hysteresis_};
   const UpdateOutcome out = apply_scale_rule(rule_, state, found_inf);
   if (out.at_min_scale)  // DeepSpeed's text
     throw ScalerError(errc::scale_at_minimum, texts::scale_at_minimum);
+  // An overflow absorbed by the hysteresis neither ends a run of backoffs nor adds to it.
+  const std::int64_t in_row = out.backed_off ? backoffs_in_row_ + 1
+                              : out.absorbed ? backoffs_in_row_
+                                             : 0;
+  std::ostringstream why;
+  if (state.scale < smallest_scale())
+    why << "the loss scale would fall to " << state.scale << ", below " << smallest_scale()
+        << ", the smallest scale whose reciprocal (the unscale factor) is a finite float: no "
+           "checkpoint could hold it";
+  const bool many = collapse_backoffs_ > 0 && in_row >= collapse_backoffs_ && !said_backoffs_;
+  const bool below = collapse_below_ > 0 && state.scale < collapse_below_ && !said_below_;
+  if (why.str().empty() && raise_on_collapse_ && many)
+    why << "the loss scale backed off " << in_row << " times in a row";
+  else if (why.str().empty() && raise_on_collapse_ && below)
+    why << "the loss scale would fall below " << collapse_below_ << " (to " << state.scale << ")";
+  if (!why.str().empty())
+    throw ScalerError(errc::scale_collapsed, "ampactor: " + why.str() + " (" +
+                                                 history(state.scale) +
+                                                 "); nothing changed: update(new_scale) or a "
+                                                 "load resumes the run");
+  if (many) {
+    said_backoffs_ = true;
+    std::cerr << "ampactor: the loss scale backed off " << in_row << " times in a row ("
+              << history(state.scale)
+              << "): every scale tried overflows, so the inf or NaN may come from the model "
+                 "itself (GradScalerOptions::raise_on_collapse stops the run here).\n";
+  }
+  if (out.backed_off) {
+    backed_off_from_.push_back(*scale_);
+    if (backed_off_from_.size() > 7) backed_off_from_.pop_front();
+  } else if (!out.absorbed) {
+    backed_off_from_.clear();
+  }
   scale_ = state.scale;
   tracker_ = state.growth_tracker;
   hysteresis_ = state.hysteresis_tracker;
-  if (*scale_ < 1.0f && !said_below_one_) {
-    said_below_one_ = true;
-    std::cerr << "ampactor: the loss scale fell below 1 (" << *scale_
+  backoffs_in_row_ = in_row;
+  if (below) {
+    said_below_ = true;
+    std::cerr << "ampactor: the loss scale fell below " << collapse_below_ << " (" << *scale_
               << "): gradients are now scaled down, and small ones underflow. A min_scale "
                  "(GradScalerOptions) floors it.\n";
   }
@@ -70,12 +117,16 @@ UpdateOutcome ScaleState::update(bool found_inf) {
 
 void ScaleState::set_scale(double new_scale) {
   scale_ = static_cast<float>(new_scale);
+  backoffs_in_row_ = 0;  // a scale the user chose starts the guard's count again
+  backed_off_from_.clear();
 }
 
 void ScaleState::load(double scale, double growth_factor, double backoff_factor,
                       std::int64_t growth_interval, std::int64_t growth_tracker) {
   init_scale_ = scale;
   init_tracker_ = growth_tracker;
+  backoffs_in_row_ = 0;
+  backed_off_from_.clear();
   if (scale_) {
     scale_ = static_cast<float>(scale);
     tracker_ = static_cast<std::int32_t>(growth_tracker);

@@ -94,3 +94,30 @@ TEST_CASE(
   CHECK(loaded.get_scale() == 512.0);
   CHECK(fresh.get_scale() == 1024.0);
 }
+
+TEST_CASE(
+    "raise_on_collapse: the next scale() throws scale_collapsed with its history, state intact") {
+  // Every iteration overflows: 16 -> 8 -> 4, and the third backoff in a row is the collapse.
+  GradScaler scaler(
+      GradScalerOptions().init_scale(16).collapse_backoffs(3).collapse_below(0).raise_on_collapse(
+          true));
+  Net net;
+  auto overflow = [&] {
+    scaler.submit([&] {
+      net.set_grads({at::full({7}, INFINITY), at::zeros({5, 3})});
+      scaler.step(*net.opt);
+    });
+    scaler.update();
+  };
+  for (int i = 0; i < 3; ++i) {
+    scaler.scale(at::ones({1}));
+    overflow();
+  }
+  const Refusal r = refusal_of([&] { scaler.scale(at::ones({1})); });
+  CHECK(r.code == errc::scale_collapsed);
+  CHECK(r.what.find("backed off 3 times in a row (the last 3 backoffs: 16 -> 8 -> 4 -> 2)") !=
+        std::string::npos);
+  CHECK(scaler.get_scale() == 4.0);  // nothing changed
+  scaler.update(64.0);               // a scale the user chooses resumes the run
+  CHECK(float(scaler.scale(at::ones({1})).item<float>()) == 64.0f);
+}

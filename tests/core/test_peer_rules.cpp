@@ -60,6 +60,14 @@ void compare(const GradScalerOptions& options, Peer ref, double p, int steps, un
       continue;
     }
     const double want = ref.scale();
+    if (float(want) < ampactor::smallest_scale()) {
+      // Below the smallest scale a checkpoint can hold, ampactor stops the run (the collapse
+      // guard), changing nothing, and the comparison ends.
+      const float before = state.scale();
+      CHECK(refusal_of([&] { state.update(inf); }).code == errc::scale_collapsed);
+      CHECK(state.scale() == before);
+      return;
+    }
     if (!(std::fabs(want) <= kFloatMax)) {
       const ampactor::UpdateOutcome out = state.update(inf);
       CHECK(out.growth_refused);

@@ -81,6 +81,10 @@ enum class errc : std::uint8_t {
   /// A trace that cannot be written (the file cannot be created) or read (missing, malformed, or
   /// from a newer version); TraceError carries the line.
   bad_trace,
+  /// The scale-collapse guard: with raise_on_collapse, the scale backed off collapse_backoffs
+  /// times in a row or fell below collapse_below; always, an update that would take the scale
+  /// below smallest_scale(), which no checkpoint can hold. Nothing changed.
+  scale_collapsed,
 };
 
 /// The Python exception torch raises for a code: "RuntimeError", "ValueError" or "AssertionError".

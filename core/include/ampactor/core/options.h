@@ -48,6 +48,16 @@ class GradScalerOptions {
   /// the pipeline's grad move averages the gradients across them, and the scalers refuse to
   /// start unless every rank has the same options. nullptr (the default): this process alone.
   AMPACTOR_ARG_ANY(std::shared_ptr<RankGroup>, ranks, nullptr);
+  /// The scale-collapse guard. By default it warns, once each on stderr, without changing the
+  /// trajectory: when the scale has backed off collapse_backoffs times in a row (an int32 >= 0;
+  /// 0: never), and when it falls below collapse_below (finite and >= 0; 0: never).
+  AMPACTOR_ARG(std::int64_t, collapse_backoffs, 10);
+  AMPACTOR_ARG(double, collapse_below, 1.0);
+  /// Raise ScalerError(errc::scale_collapsed) with the last backoffs at that update instead of
+  /// warning, the state kept as it was (update(new_scale) or a load resumes). Either way an
+  /// update that would take the scale below smallest_scale() (a scale no checkpoint can hold:
+  /// its reciprocal is not a finite float) raises it.
+  AMPACTOR_ARG_ANY(bool, raise_on_collapse, false);
 
  public:
   /// Throws ScalerError unless growth_factor > 1, 0 < backoff_factor < 1,

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
+#include <string>
 
 #include <ampactor/core/options.h>
 #include <ampactor/core/update_rule.h>
@@ -49,8 +51,14 @@ class ScaleState {
 
   /// One update after an iteration. Requires initialized(). The deepspeed rule with
   /// raise_at_min_scale throws ScalerError(scale_at_minimum) where DeepSpeed raises, and changes
-  /// nothing. The first time the scale falls below 1, says so once on stderr.
+  /// nothing. The collapse guard (GradScalerOptions::collapse_backoffs, collapse_below): says
+  /// once each on stderr when the scale has backed off that many times in a row and when it
+  /// falls below that value, or with raise_on_collapse throws ScalerError(scale_collapsed) with
+  /// the last backoffs, changing nothing; an update that would take the scale below
+  /// smallest_scale() always throws it.
   UpdateOutcome update(bool found_inf);
+  /// Backoffs since the last update that did not back off or absorb an overflow.
+  std::int64_t backoffs_in_row() const { return backoffs_in_row_; }
   /// An overflow that is not backed off again (the lagged policy's second report of one event):
   /// the tracker restarts, the scale stays. Requires initialized().
   void reset_tracker() { tracker_ = 0; }
@@ -76,7 +84,15 @@ class ScaleState {
   std::int64_t init_hysteresis_;
   std::int32_t hysteresis_ = 1;
   ScaleRule rule_;
-  bool said_below_one_ = false;
+  // The collapse guard.
+  std::int64_t collapse_backoffs_;
+  float collapse_below_;
+  bool raise_on_collapse_;
+  std::int64_t backoffs_in_row_ = 0;
+  std::deque<float> backed_off_from_;  // the scales of the last backoffs, oldest first
+  bool said_below_ = false, said_backoffs_ = false;
+  /// "the last N backoffs: 8 -> 4 -> 2 -> ...", for the guard's texts.
+  std::string history(float next) const;
 };
 
 }  // namespace ampactor
