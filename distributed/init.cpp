@@ -2,10 +2,13 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/distributed/dist.h>
 
+#include "watch.h"
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
 
@@ -54,6 +57,11 @@ World init_from_env(const DistOptions& options) {
 }
 
 World init(const Launch& launch, const DistOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout();
+  if (launch.world_size < 1 || launch.rank < 0 || launch.rank >= launch.world_size)
+    throw ScalerError(errc::bad_option, "ampactor::dist::init: rank " +
+                                            std::to_string(launch.rank) + " of " +
+                                            std::to_string(launch.world_size) + " ranks");
   World w;
   w.launch = launch;
   const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
@@ -62,14 +70,18 @@ World init(const Launch& launch, const DistOptions& options) {
     c10d::TCPStoreOptions so;
     so.port = std::uint16_t(launch.master_port);
     so.isServer = launch.rank == 0;
-    so.numWorkers = std::size_t(launch.world_size);
-    so.waitWorkers = true;
+    // The ranks join through the Watch instead, which can name the ones that did not.
+    so.waitWorkers = false;
     so.timeout = options.timeout();
     w.store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
   } catch (const std::exception& e) {
-    throw ScalerError(errc::rank_failed, me + "the store at " + where +
-                                             " cannot be reached (rank 0 hosts it): " + e.what());
+    throw ScalerError(
+        errc::rank_failed,
+        me + "the store at " + where + " cannot be reached (rank 0 hosts it): " + detail::brief(e));
   }
+  // Beating from here: a rank that dies while the group forms is named like one that dies later.
+  auto watch = std::make_unique<detail::Watch>(w.store, launch.rank, launch.world_size, options);
+  watch->join(deadline);
   try {
     auto go = c10d::ProcessGroupGloo::Options::create(options.timeout());
     if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
@@ -80,10 +92,12 @@ World init(const Launch& launch, const DistOptions& options) {
       go->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     w.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(w.store, launch.rank, launch.world_size, go);
   } catch (const std::exception& e) {
-    throw ScalerError(errc::rank_failed, me + "the process group (gloo, store at " + where +
-                                             ") did not form: " + e.what());
+    throw ScalerError(errc::rank_failed,
+                      me + "the process group (gloo, store at " + where +
+                          ") did not form: " + watch->diagnose(detail::brief(e)));
   }
-  w.ranks = over(w.pg, w.store, launch.rank, launch.world_size, options);
+  w.ranks = detail::over_watched(w.pg, w.store, launch.rank, launch.world_size, options,
+                                 std::move(watch));
   return w;
 }
 

@@ -3,16 +3,15 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/distributed/dist.h>
 
+#include "watch.h"
+
 #include <ATen/ops/cat.h>
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <sstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -37,12 +36,9 @@ DistOptions& DistOptions::bucket_bytes(std::int64_t value) {
 
 namespace {
 
-std::vector<std::uint8_t> bytes_of(const std::string& s) {
-  return {s.begin(), s.end()};
-}
-std::string string_of(const std::vector<std::uint8_t>& b) {
-  return {b.begin(), b.end()};
-}
+using detail::bytes_of;
+using detail::key;
+using detail::string_of;
 
 /// The first "name=value" word that differs between two describe() texts, as "a vs b".
 std::string first_difference(const std::string& a, const std::string& b) {
@@ -127,38 +123,35 @@ void unflatten_mean(std::vector<Bucket>& buckets, std::vector<at::Tensor>& tenso
   }
 }
 
+/// over()'s arguments, checked before any rank waits for the others.
+void check_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                 const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+  if (!pg || !store)
+    throw ScalerError(errc::bad_option, "ampactor::dist::over: no process group or store");
+  if (size < 1 || rank < 0 || rank >= size)
+    throw ScalerError(errc::bad_option, "ampactor::dist::over: rank " + std::to_string(rank) +
+                                            " of " + std::to_string(size) + " ranks");
+  if (pg->getRank() != rank || pg->getSize() != size)
+    throw ScalerError(errc::bad_option, "ampactor::dist::over: the process group is rank " +
+                                            std::to_string(pg->getRank()) + " of " +
+                                            std::to_string(pg->getSize()) + ", not " +
+                                            std::to_string(rank) + " of " + std::to_string(size));
+}
+
 class C10dRanks final : public RankGroup {
  public:
   C10dRanks(c10::intrusive_ptr<c10d::ProcessGroup> pg, c10::intrusive_ptr<c10d::Store> store,
-            int rank, int size, DistOptions options)
+            int rank, int size, DistOptions options, std::unique_ptr<detail::Watch> watch)
       : pg_(std::move(pg)),
         store_(std::move(store)),
         rank_(rank),
         size_(size),
-        options_(std::move(options)) {
-    if (!pg_ || !store_)
-      throw ScalerError(errc::bad_option, "ampactor::dist::over: no process group or store");
-    if (size_ < 1 || rank_ < 0 || rank_ >= size_)
-      throw ScalerError(errc::bad_option, "ampactor::dist::over: rank " + std::to_string(rank_) +
-                                              " of " + std::to_string(size_) + " ranks");
-    if (pg_->getRank() != rank_ || pg_->getSize() != size_)
-      throw ScalerError(errc::bad_option, "ampactor::dist::over: the process group is rank " +
-                                              std::to_string(pg_->getRank()) + " of " +
-                                              std::to_string(pg_->getSize()) + ", not " +
-                                              std::to_string(rank_) + " of " +
-                                              std::to_string(size_));
+        options_(std::move(options)),
+        watch_(std::move(watch)) {
     cuda_ = pg_->getBackendName() == "nccl";
-    heart_ = std::thread([this] { beat(); });
   }
-  ~C10dRanks() override {
-    linger();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    heart_.join();
-  }
+  // Rank 0 may wait for a stopped rank too: resumed, it reads why the others gave up.
+  ~C10dRanks() override { watch_->leave(true); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -240,7 +233,7 @@ class C10dRanks final : public RankGroup {
     } catch (const std::exception& e) {
       throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) +
                                                ": comparing the ranks' " + what +
-                                               " failed: " + diagnose(e.what()));
+                                               " failed: " + watch_->diagnose(detail::brief(e)));
     }
     for (int r = 1; r < size_; ++r)
       if (texts[std::size_t(r)] != texts[0])
@@ -252,10 +245,6 @@ class C10dRanks final : public RankGroup {
   }
 
  private:
-  static std::string key(const char* what, int r) {
-    return std::string("ampactor/") + what + "/" + std::to_string(r);
-  }
-
   /// A rank whose job failed may have skipped a collective the others made: a further one could
   /// pair with theirs wrongly (gloo aborts on mismatched sizes), so it makes none.
   void refuse_after_failure() const {
@@ -270,91 +259,8 @@ class C10dRanks final : public RankGroup {
     try {
       f();
     } catch (const std::exception& e) {
-      // Alive and aware: no other rank's diagnosis may take this one for the culprit.
-      try {
-        store_->set(key("survivor", rank_), bytes_of("1"));
-      } catch (...) {
-      }
       throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) + ": " + what +
-                                               " failed: " + diagnose(e.what()));
-    }
-  }
-
-  /// Which rank made a collective fail: one that said it failed, else one whose heartbeat
-  /// stopped, else the store itself being gone (rank 0 hosts a TCPStore).
-  std::string diagnose(const std::string& error) {
-    const std::string said = " (c10d: " + error + ")";
-    try {
-      const auto said_failed = [&]() -> std::string {
-        for (int r = 0; r < size_; ++r)
-          if (r != rank_ && store_->check({key("failed", r)}))
-            return "rank " + std::to_string(r) +
-                   " failed: " + string_of(store_->get(key("failed", r))) + said;
-        return {};
-      };
-      if (auto s = said_failed(); !s.empty()) return s;
-      std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
-      for (int r = 0; r < size_; ++r)
-        before[std::size_t(r)] = store_->add(key("heartbeat", r), 0);
-      // Ten periods: a live rank's heartbeat thread ticks within them even on a loaded machine.
-      std::this_thread::sleep_for(options_.heartbeat() * 10);
-      // A failing rank may have said so while this one waited.
-      if (auto s = said_failed(); !s.empty()) return s;
-      std::string gone;
-      for (int r = 0; r < size_; ++r)
-        if (r != rank_ && store_->add(key("heartbeat", r), 0) == before[std::size_t(r)] &&
-            !store_->check({key("survivor", r)}))
-          gone += (gone.empty() ? "rank " : ", rank ") + std::to_string(r);
-      if (!gone.empty())
-        return gone + (gone.find(',') == std::string::npos ? " is" : " are") +
-               " gone (heartbeat stopped)" + said;
-      return "no rank is known to have failed (a rank may be stuck or on another call)" + said;
-    } catch (const std::exception& e) {
-      return "the store cannot be reached (" + std::string(e.what()) +
-             "): rank 0, which hosts it, is gone or unreachable" + said;
-    }
-  }
-
-  /// Rank 0 hosts the TCPStore, and the others read why a rank failed from it: it leaves last,
-  /// once every other rank has left or stopped beating (at most the timeout), so that a rank
-  /// still diagnosing a failure never finds the store gone instead of the reason.
-  void linger() noexcept {
-    using clock = std::chrono::steady_clock;
-    try {
-      store_->set(key("left", rank_), bytes_of("1"));
-      if (rank_ != 0) return;
-      const auto start = clock::now();
-      std::vector<std::int64_t> beats(static_cast<std::size_t>(size_), -1);
-      std::vector<clock::time_point> changed(static_cast<std::size_t>(size_), start);
-      while (clock::now() - start < options_.timeout()) {
-        bool waiting = false;
-        for (int r = 1; r < size_; ++r) {
-          if (store_->check({key("left", r)})) continue;
-          const std::int64_t b = store_->add(key("heartbeat", r), 0);
-          if (b != beats[std::size_t(r)])
-            beats[std::size_t(r)] = b, changed[std::size_t(r)] = clock::now();
-          // Gone once silent for ten periods (as in diagnose()).
-          if (clock::now() - changed[std::size_t(r)] < options_.heartbeat() * 10) waiting = true;
-        }
-        if (!waiting) return;
-        std::this_thread::sleep_for(options_.heartbeat());
-      }
-    } catch (...) {
-      // The store fails: nobody can read from it any more.
-    }
-  }
-
-  void beat() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      lock.unlock();
-      try {
-        store_->add(key("heartbeat", rank_), 1);
-      } catch (...) {
-        return;  // the store is gone: a failing collective will say so
-      }
-      lock.lock();
-      cv_.wait_for(lock, options_.heartbeat(), [this] { return stop_; });
+                                               " failed: " + watch_->diagnose(detail::brief(e)));
     }
   }
 
@@ -363,21 +269,32 @@ class C10dRanks final : public RankGroup {
   int rank_;
   int size_;
   DistOptions options_;
+  std::unique_ptr<detail::Watch> watch_;
   bool cuda_ = false;
   std::atomic<bool> failed_{false};
   std::atomic<int> same_seq_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread heart_;
 };
 
 }  // namespace
 
+std::shared_ptr<RankGroup> detail::over_watched(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                                c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                int world_size, const DistOptions& options,
+                                                std::unique_ptr<Watch> watch) {
+  check_group(pg, store, rank, world_size);
+  return std::make_shared<C10dRanks>(std::move(pg), std::move(store), rank, world_size, options,
+                                     std::move(watch));
+}
+
 std::shared_ptr<RankGroup> over(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                 c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
                                 const DistOptions& options) {
-  return std::make_shared<C10dRanks>(std::move(pg), std::move(store), rank, world_size, options);
+  check_group(pg, store, rank, world_size);
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout();
+  auto watch = std::make_unique<detail::Watch>(store, rank, world_size, options);
+  watch->join(deadline);
+  return detail::over_watched(std::move(pg), std::move(store), rank, world_size, options,
+                              std::move(watch));
 }
 
 }  // namespace ampactor::dist

@@ -43,7 +43,7 @@ struct Settings {
   bool fused = false, overlap = false;  // FusedSGD; overlap_backward (with --fused)
   double clip = 0;                      // clip_grad_norm (0: none)
   std::int64_t bucket_bytes = 256;      // overlap's buckets: a layer's weight or bias each
-  std::set<std::pair<int, int>> inf_at, die_at, throw_at;  // (rank, iteration)
+  std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
   int timeout_ms = 20000;
   // Rank 1's own settings (0 or empty: the others').
   int odd_interval = 0;
@@ -51,9 +51,11 @@ struct Settings {
   std::string odd_policy, odd_rule;
 };
 
-/// The options; --inf-at, --die-at and --throw-at into `inf_at`, `die_at`, `throw_at` as given.
+/// The options; --inf-at, --die-at, --throw-at and --stop-at into `inf_at`, `die_at`, `throw_at`,
+/// `stop_at` as given.
 void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
-                 std::vector<std::string>& die_at, std::vector<std::string>& throw_at) {
+                 std::vector<std::string>& die_at, std::vector<std::string>& throw_at,
+                 std::vector<std::string>& stop_at) {
   app.add_option("--path", s.path, "local | actor | pipeline");
   app.add_option("--model", s.model, "exact | mlp");
   app.add_option("--policy", s.policy, "exact | lagged");
@@ -76,6 +78,8 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--inf-at", inf_at, "RANK:ITER: an inf in that rank's gradients");
   app.add_option("--die-at", die_at, "RANK:ITER: that rank SIGKILLs itself there");
   app.add_option("--throw-at", throw_at, "RANK:ITER: that rank's step job throws there");
+  app.add_option("--stop-at", stop_at,
+                 "RANK:ITER: that rank SIGSTOPs itself there (until SIGCONT)");
   app.add_option("--timeout-ms", s.timeout_ms);
   app.add_option("--trace", s.trace, "record the keeper's trace to TRACE.rank<R>.jsonl");
   app.add_option("--out", s.out);
@@ -235,6 +239,7 @@ struct Worker {
   void train() {
     for (int k = 0; k < s.steps; ++k) {
       if (s.die_at.count({rank, k})) std::raise(SIGKILL);
+      if (s.stop_at.count({rank, k})) std::raise(SIGSTOP);
       const at::Tensor l = loss(k);
       if (st.local)
         step_local(k, l);
@@ -280,9 +285,9 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
 
 int main(int argc, char** argv) {
   Settings s;
-  std::vector<std::string> inf_at, die_at, throw_at;
+  std::vector<std::string> inf_at, die_at, throw_at, stop_at;
   CLI::App app{"one rank of ampactor's data-parallel tests"};
-  add_options(app, s, inf_at, die_at, throw_at);
+  add_options(app, s, inf_at, die_at, throw_at, stop_at);
   CLI11_PARSE(app, argc, argv);
   for (auto& v : inf_at)
     s.inf_at.insert(rank_iter(v));
@@ -290,6 +295,8 @@ int main(int argc, char** argv) {
     s.die_at.insert(rank_iter(v));
   for (auto& v : throw_at)
     s.throw_at.insert(rank_iter(v));
+  for (auto& v : stop_at)
+    s.stop_at.insert(rank_iter(v));
 
   int rank = 0, world = 1;
   std::shared_ptr<ampactor::RankGroup> ranks;

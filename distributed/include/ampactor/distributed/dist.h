@@ -7,8 +7,8 @@
 // thread for GradScaler and AsyncOptimizer), before the scale update hears of it, so every rank
 // applies the same update; AsyncOptimizer's grad move also averages the gradients across the
 // ranks (doc/guide/data-parallel.md). The collectives are c10d's (ProcessGroupGloo here; any
-// c10d process group through over()); the store is used only to name a failed rank and to compare
-// the ranks' options.
+// c10d process group through over()); the store is used only to name a failed or missing rank and
+// to compare the ranks' options.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -33,8 +33,10 @@ class DistOptions {
   /// The gradient average's buckets: tensors of one dtype and device are all-reduced as flat
   /// buffers of at most this many bytes each (default 25 MiB, as DDP's), all in flight at once.
   AMPACTOR_ARG(std::int64_t, bucket_bytes, std::int64_t(25) << 20);
-  /// How often each rank ticks its heartbeat in the store; a rank whose heartbeat stopped is
-  /// named as gone when a collective fails (default 100 ms).
+  /// How often each rank ticks its heartbeat in the store; a rank whose heartbeat stopped for ten
+  /// periods is named when a collective fails: gone (its process exited), hung (its process is
+  /// still there, stopped or running) where the process can be checked from this host, else
+  /// "hung or gone" (default 100 ms).
   AMPACTOR_ARG(std::chrono::milliseconds, heartbeat, std::chrono::milliseconds(100));
 };
 
@@ -54,10 +56,15 @@ Launch launch_from_env();
 
 /// A RankGroup over a c10d process group and the store its ranks share. The collectives run on
 /// `pg` (CPU tensors, or CUDA ones for a process group named "nccl"); the store holds each
-/// rank's heartbeat, the reason a rank failed, and the texts require_same compares. Starts the
-/// heartbeat thread, which stops with the group. Rank 0's group, which init() gives the store's
-/// host, is destroyed last: it waits until every other rank's group is gone or its heartbeat has
-/// stopped (at most the timeout), so that no rank finds the store gone while it reads a reason.
+/// rank's process (pid and host), its heartbeat, the reason a rank failed or gave up, and the
+/// texts require_same compares. Starts the heartbeat thread, which stops with the group, and
+/// waits until every rank has called over() (at most the timeout, else errc::rank_failed naming
+/// the missing ranks). Ignores SIGPIPE unless the program handles it (a write to a closed peer
+/// then fails with a message instead of killing the process). Rank 0's group, which init() gives
+/// the store's host, is destroyed last, so that no rank finds the store gone while it reads a
+/// reason: it waits until every other rank's group is gone or its heartbeat has stopped, at most
+/// the timeout. A rank whose process on this host is still there (stopped, say) is waited for too,
+/// and one that resumes gets another timeout to read why the others gave up (three in all).
 std::shared_ptr<RankGroup> over(c10::intrusive_ptr<c10d::ProcessGroup> pg,
                                 c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
                                 const DistOptions& options = {});
@@ -74,7 +81,10 @@ struct World {
 /// (rank 0 hosts it and waits for the others), a ProcessGroupGloo on it (on loopback when
 /// MASTER_ADDR is a loopback address, on GLOO_SOCKET_IFNAME's interface when that is set, else on
 /// this host's name), and over(). A store or group that cannot be reached within the timeout
-/// fails with ScalerError(errc::rank_failed) carrying c10d's error.
+/// fails with ScalerError(errc::rank_failed) carrying c10d's error; every rank says in the store
+/// that it joined before the group forms, so a rank missing at start-up is named ("ranks 0, 1 of 3
+/// joined the store at ... within the 60000 ms timeout; rank 2 did not"), and one that dies while
+/// the group forms is named like one that dies later.
 World init_from_env(const DistOptions& options = {});
 /// The same from a Launch of one's own.
 World init(const Launch& launch, const DistOptions& options = {});

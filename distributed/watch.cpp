@@ -1,0 +1,257 @@
+// A rank's watch over the others: what it says in the store (joined, heartbeat, survivor, verdict,
+// left) and how a failing rank names the culprit from what the others said there.
+#include "watch.h"
+
+#include <ampactor/core/errors.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <algorithm>
+
+namespace ampactor::dist::detail {
+namespace {
+
+using clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::int64_t ns_of(clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+std::string ms_of(clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<milliseconds>(d).count()) + " ms";
+}
+
+/// "rank 2", "ranks 0, 1", "no rank".
+std::string ranks_text(const std::vector<int>& rs) {
+  if (rs.empty()) return "no rank";
+  std::string s = rs.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < rs.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(rs[i]);
+  return s;
+}
+
+const char* const kJoined = "ampactor/joined";
+
+}  // namespace
+
+Watch::Watch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DistOptions options)
+    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)) {
+  ignore_sigpipe();
+  if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store_.get()))
+    where_ = tcp->getHost() + ":" + std::to_string(tcp->getPort());
+  heart_ = std::thread([this] { beat(); });
+}
+
+Watch::~Watch() {
+  leave(false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  heart_.join();
+}
+
+void Watch::join(clock::time_point deadline) {
+  const std::string me = "rank " + std::to_string(rank_) + ": ";
+  const std::string at = "the store" + (where_.empty() ? "" : " at " + where_);
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r)
+    keys.push_back(key("joined", r));
+  try {
+    store_->set(keys[std::size_t(rank_)], bytes_of(Place::here().text()));
+    // A count to poll (one key, however many ranks), the keys to name who is missing.
+    store_->add(kJoined, 1);
+    while (!(store_->add(kJoined, 0) >= size_ && store_->check(keys))) {
+      const auto now = clock::now();
+      if (now >= deadline) {
+        std::vector<int> in, out;
+        for (int r = 0; r < size_; ++r)
+          (store_->check({keys[std::size_t(r)]}) ? in : out).push_back(r);
+        throw ScalerError(errc::rank_failed,
+                          me + ranks_text(in) + " of " + std::to_string(size_) + " joined " + at +
+                              " within the " + ms_of(options_.timeout()) + " timeout; " +
+                              ranks_text(out) +
+                              " did not (not started, or failed before reaching the store)");
+      }
+      std::this_thread::sleep_for(std::min<clock::duration>(options_.heartbeat(), deadline - now));
+    }
+    for (int r = 0; r < size_; ++r)
+      places_.push_back(Place::parse(string_of(store_->get(keys[std::size_t(r)]))));
+  } catch (const ScalerError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw ScalerError(errc::rank_failed, me + at + " failed while the ranks joined (" + brief(e) +
+                                             "): rank 0, which hosts it, is gone or unreachable");
+  }
+}
+
+std::string Watch::diagnose(const std::string& error) {
+  const std::string said = " (c10d: " + error + ")";
+  const auto with_stall = [&](const std::string& s) {
+    const std::string st = stall();
+    return (st.empty() ? s : st + "; " + s) + said;
+  };
+  // A call to a stopped store waits the whole timeout, and one that is gone has nothing to say.
+  if (auto s = store_host_down(); !s.empty()) return with_stall(s);
+  try {
+    // Alive and aware: no other rank's diagnosis may take this one for the culprit.
+    store_->set(key("survivor", rank_), bytes_of("1"));
+    if (auto s = said_failed(); !s.empty()) return with_stall(s);
+    std::vector<std::int64_t> before(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r)
+      before[std::size_t(r)] = store_->add(key("heartbeat", r), 0);
+    // Ten periods: a live rank's heartbeat thread ticks within them even on a loaded machine.
+    std::this_thread::sleep_for(options_.heartbeat() * 10);
+    // A failing rank may have said so while this one waited.
+    if (auto s = said_failed(); !s.empty()) return with_stall(s);
+    if (auto s = silent(before); !s.empty()) {
+      store_->set(key("verdict", rank_), bytes_of(s));  // for a stopped rank to read once resumed
+      return with_stall(s);
+    }
+    if (auto s = recorded(); !s.empty()) return with_stall(s);
+    return with_stall("no rank is known to have failed (a rank may be stuck or on another call)");
+  } catch (const std::exception& e) {
+    const auto s = state_of(0);
+    return with_stall("the store" + (where_.empty() ? "" : " at " + where_) +
+                      " cannot be reached (" + brief(e) + "): rank 0, which hosts it, " +
+                      (s == Place::State::unknown  ? "is gone or unreachable"
+                       : s == Place::State::exited ? "is gone: " + places_[0].said(s)
+                                                   : "is unreachable: " + places_[0].said(s)));
+  }
+}
+
+void Watch::leave(bool for_hung) noexcept {
+  if (left_.exchange(true)) return;
+  try {
+    if (!store_host_down().empty()) return;  // no store to tell
+    store_->set(key("left", rank_), bytes_of("1"));
+    if (rank_ != 0) return;
+    const clock::duration hb = options_.heartbeat(), timeout = options_.timeout();
+    const auto start = clock::now();
+    auto deadline = start + timeout;
+    std::vector<std::int64_t> beats(static_cast<std::size_t>(size_), -1);
+    std::vector<clock::time_point> changed(static_cast<std::size_t>(size_), start);
+    while (clock::now() < deadline) {
+      bool waiting = false;
+      for (int r = 1; r < size_; ++r) {
+        const auto i = std::size_t(r);
+        if (store_->check({key("left", r)})) continue;
+        const std::int64_t b = store_->add(key("heartbeat", r), 0);
+        const auto s = state_of(r);
+        if (b == 0 || s == Place::State::exited) continue;  // never joined, or its process is gone
+        const auto now = clock::now();
+        if (b != beats[i]) {
+          // Silent for ten periods and beating again: a stopped rank resumed. It needs its
+          // collective's timeout and a diagnosis to fail and read why the others gave up.
+          if (for_hung && beats[i] >= 0 && now - changed[i] >= hb * 10)
+            deadline = std::min(std::max(deadline, now + timeout + hb * 20), start + 3 * timeout);
+          beats[i] = b, changed[i] = now;
+        }
+        // Gone once silent for ten periods (as in diagnose()), unless its process is still here.
+        if (now - changed[i] < hb * 10) waiting = true;
+        if (for_hung && (s == Place::State::stopped || s == Place::State::running)) waiting = true;
+      }
+      if (!waiting) return;
+      std::this_thread::sleep_for(hb);
+    }
+  } catch (...) {
+    // The store fails: nobody can read from it any more.
+  }
+}
+
+void Watch::beat() {
+  const auto hb = options_.heartbeat();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    try {
+      store_->add(key("heartbeat", rank_), 1);
+    } catch (...) {
+      return;  // the store is gone: a failing collective will say so
+    }
+    lock.lock();
+    const auto from = clock::now();
+    sleeping_since_ = ns_of(from);
+    cv_.wait_for(lock, hb, [this] { return stop_; });
+    const auto now = clock::now();
+    sleeping_since_ = 0;
+    // Only a stopped (or starved) process oversleeps by ten periods.
+    if (now - from - hb >= hb * 10) {
+      stalled_ms_ = std::chrono::duration_cast<milliseconds>(now - from - hb).count();
+      stall_end_ = ns_of(now);
+    }
+  }
+}
+
+/// This rank's own recent stall, which the others may have taken for a hang.
+std::string Watch::stall() const {
+  const auto hb = options_.heartbeat();
+  const std::int64_t now = ns_of(clock::now()), since = sleeping_since_;
+  std::int64_t ms = since ? (now - since) / 1000000 - hb.count() : 0;
+  const auto recent = std::chrono::nanoseconds(options_.timeout() + hb * 20).count();
+  if (now - stall_end_ < recent) ms = std::max<std::int64_t>(ms, stalled_ms_);
+  if (ms < (hb * 10).count()) return {};
+  return "this rank was stopped or stalled for " + std::to_string(ms) + " ms" +
+         (ms < options_.timeout().count() ? ""
+                                          : ", longer than the " + ms_of(options_.timeout()) +
+                                                " timeout, so the others may have given up on it");
+}
+
+/// Rank 0 stopped or exited, seen without asking the store it hosts.
+std::string Watch::store_host_down() const {
+  if (rank_ == 0) return {};
+  const auto s = state_of(0);
+  if (s == Place::State::stopped)
+    return "rank 0 is hung: " + places_[0].said(s) + ", so the store it hosts cannot answer";
+  if (s == Place::State::exited)
+    return "rank 0 is gone: " + places_[0].said(s) + ", and the store it hosted with it";
+  return {};
+}
+
+std::string Watch::said_failed() {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && store_->check({key("failed", r)}))
+      return "rank " + std::to_string(r) + " failed: " + string_of(store_->get(key("failed", r)));
+  return {};
+}
+
+/// The ranks whose heartbeat did not move since `before`, and what their processes are doing.
+std::string Watch::silent(const std::vector<std::int64_t>& before) {
+  const std::string window = ms_of(options_.heartbeat() * 10);
+  std::string found;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || store_->add(key("heartbeat", r), 0) != before[std::size_t(r)] ||
+        store_->check({key("survivor", r)}))
+      continue;
+    const std::string rank = "rank " + std::to_string(r);
+    const auto s = state_of(r);
+    std::string what;
+    if (store_->check({key("left", r)}))
+      what = rank + " has left (its group was destroyed: its run ended or it gave up)";
+    else if (s == Place::State::exited)
+      what = rank + " is gone (heartbeat stopped): " + places_[std::size_t(r)].said(s);
+    else if (s != Place::State::unknown)
+      what = rank + " is hung (no heartbeat in " + window + "): " + places_[std::size_t(r)].said(s);
+    else
+      what = rank + " sent no heartbeat in " + window + ": hung or gone" +
+             (places_.empty() ? "" : " (" + places_[std::size_t(r)].said(s) + ")");
+    found += (found.empty() ? "" : "; ") + what;
+  }
+  return found;
+}
+
+/// What another rank found when it gave up, for a rank that was away (stopped) meanwhile.
+std::string Watch::recorded() {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && store_->check({key("verdict", r)}))
+      return "rank " + std::to_string(r) +
+             " recorded: " + string_of(store_->get(key("verdict", r)));
+  return {};
+}
+
+Place::State Watch::state_of(int r) const {
+  return places_.empty() ? Place::State::unknown : places_[std::size_t(r)].state();
+}
+
+}  // namespace ampactor::dist::detail

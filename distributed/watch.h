@@ -1,0 +1,100 @@
+// Inside ampactor::distributed: what the ranks keep in the store about each other (joined, a
+// heartbeat, the process behind each rank, why one failed) and what a failing rank makes of it.
+#pragma once
+
+#include <ampactor/distributed/dist.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ampactor::dist::detail {
+
+inline std::string key(const char* what, int r) {
+  return std::string("ampactor/") + what + "/" + std::to_string(r);
+}
+std::vector<std::uint8_t> bytes_of(const std::string& s);
+std::string string_of(const std::vector<std::uint8_t>& b);
+/// An exception's first line: c10d's errors carry a backtrace that no rank's message needs.
+std::string brief(const std::exception& e);
+
+/// The process behind a rank, as it wrote it into the store when it joined.
+struct Place {
+  long pid = 0;
+  unsigned long long started = 0;  // since boot, in clock ticks: a reused pid has another
+  std::string host;                // boot id and pid namespace: equal means pids compare
+  std::string host_name;
+
+  static Place here();
+  static Place parse(const std::string& text);
+  std::string text() const;
+  /// What can be seen of the process from this one: unknown on another host.
+  enum class State { unknown, exited, stopped, running };
+  State state() const;
+  /// "its process 1234 on this host has exited", "... is stopped (SIGSTOP or a debugger)", ...
+  std::string said(State s) const;
+};
+
+/// A gloo error on a closed connection would otherwise kill the process (SIGPIPE) with no word;
+/// ignored unless the program has its own handler.
+void ignore_sigpipe();
+
+/// One rank's side: its heartbeat thread, the others' places, and the diagnosis of a failure.
+class Watch {
+ public:
+  Watch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DistOptions options);
+  /// Leaves (without waiting for hung ranks) unless left already, then stops the heartbeat.
+  ~Watch();
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+
+  /// Says this rank joined and waits until every rank has, by `deadline`; else throws
+  /// ScalerError(errc::rank_failed) naming the ranks that joined and those that did not.
+  void join(std::chrono::steady_clock::time_point deadline);
+  /// Why a collective or the store failed with `error`: a rank that said why, a silent rank
+  /// (exited, stopped or hung where its process can be seen), the store's host, or the reason
+  /// the others recorded when this rank was the one stopped.
+  std::string diagnose(const std::string& error);
+  /// Says this rank left; rank 0, the store's host, then waits (at most the timeout, longer for a
+  /// stopped rank that resumes) for the others to leave or be gone, so that none finds the store
+  /// gone instead of a reason. `for_hung`: also for ranks whose process is alive but silent.
+  void leave(bool for_hung) noexcept;
+  const std::string& where() const { return where_; }
+
+ private:
+  void beat();
+  std::string stall() const;
+  std::string store_host_down() const;
+  std::string said_failed();
+  std::string silent(const std::vector<std::int64_t>& before);
+  std::string recorded();
+  Place::State state_of(int r) const;
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, size_;
+  DistOptions options_;
+  std::string where_;
+  std::vector<Place> places_;  // empty until joined
+  std::atomic<bool> left_{false};
+  // The heartbeat thread's sleep: a sleep that overran by far means the process was stopped.
+  std::atomic<std::int64_t> sleeping_since_{0}, stalled_ms_{0}, stall_end_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread heart_;
+};
+
+/// over() with a Watch that has joined already (init() joins before forming the group).
+std::shared_ptr<RankGroup> over_watched(c10::intrusive_ptr<c10d::ProcessGroup> pg,
+                                        c10::intrusive_ptr<c10d::Store> store, int rank,
+                                        int world_size, const DistOptions& options,
+                                        std::unique_ptr<Watch> watch);
+
+}  // namespace ampactor::dist::detail
