@@ -80,10 +80,9 @@ void check_optimizer_state(torch::optim::Optimizer& opt) {
     }
 }
 
-torch::serialize::InputArchive part(torch::serialize::InputArchive& all, const char* key) {
-  torch::serialize::InputArchive a;
+/// Reads `key`'s sub-archive into `a` (an archive is not copyable in every library).
+void part(torch::serialize::InputArchive& all, const char* key, torch::serialize::InputArchive& a) {
   if (!all.try_read(key, a)) refuse(key, "the file has no such part");
-  return a;
 }
 
 }  // namespace
@@ -111,15 +110,16 @@ std::int64_t load_run(const std::string& path, const RunParts& parts) {
   c10::IValue step;
   if (!all.try_read("step", step) || !step.isInt()) refuse("step", "the file has no step");
   // Everything ampactor can check, checked before anything changes.
-  std::optional<torch::serialize::InputArchive> model_ar, opt_ar;
+  torch::serialize::InputArchive model_ar, opt_ar;
   if (parts.model()) {
-    model_ar = part(all, "model");
-    check_module(*parts.model(), *model_ar, "");
+    part(all, "model", model_ar);
+    check_module(*parts.model(), model_ar, "");
   }
-  if (parts.optimizer()) opt_ar = part(all, "optimizer");
+  if (parts.optimizer()) part(all, "optimizer", opt_ar);
   std::optional<StateDict> scaler_sd;
   if (parts.scaler()) {
-    torch::serialize::InputArchive a = part(all, "scaler");
+    torch::serialize::InputArchive a;
+    part(all, "scaler", a);
     try {
       scaler_sd = read_state_dict(a);
       ScaleState scratch(parts.scaler()->options());
@@ -130,7 +130,8 @@ std::int64_t load_run(const std::string& path, const RunParts& parts) {
   }
   std::optional<AsyncOptimizer::Loaded> pipe_loaded;
   if (parts.pipeline()) {
-    torch::serialize::InputArchive a = part(all, "pipeline");
+    torch::serialize::InputArchive a;
+    part(all, "pipeline", a);
     try {
       pipe_loaded = parts.pipeline()->checked_load(a);
     } catch (const ScalerError& e) {
@@ -146,7 +147,7 @@ std::int64_t load_run(const std::string& path, const RunParts& parts) {
     parts.optimizer()->save(snap);
     snap.save_to(opt_snapshot);
     try {
-      parts.optimizer()->load(*opt_ar);
+      parts.optimizer()->load(opt_ar);
       check_optimizer_state(*parts.optimizer());
     } catch (const std::exception& e) {
       torch::serialize::InputArchive back;
@@ -167,7 +168,7 @@ std::int64_t load_run(const std::string& path, const RunParts& parts) {
         model_before.emplace_back(t, t.detach());
       for (const at::Tensor& t : parts.model()->buffers())
         model_before.emplace_back(t, t.detach());
-      parts.model()->load(*model_ar);
+      parts.model()->load(model_ar);
     }
     if (parts.scaler()) {
       scaler_before = parts.scaler()->state_dict();
