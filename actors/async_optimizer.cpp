@@ -186,32 +186,6 @@ bool AsyncOptimizer::fuses(torch::optim::Optimizer& opt) const {
   return optim::fused_step_of(opt) != nullptr && !scaler().options().ranks();
 }
 
-void AsyncOptimizer::warn_uncleared_grads() {
-  last_grads_.resize(model_.size(), c10::weak_intrusive_ptr<c10::TensorImpl>(
-                                        c10::intrusive_ptr<c10::TensorImpl>()));
-  last_versions_.resize(model_.size(), 0);
-  for (std::size_t i = 0; i < model_.size(); ++i) {
-    const at::Tensor& g = model_[i].grad();
-    if (!g.defined()) {
-      last_grads_[i] =
-          c10::weak_intrusive_ptr<c10::TensorImpl>(c10::intrusive_ptr<c10::TensorImpl>());
-      continue;
-    }
-    // Cleared in place, a gradient's version moves by 2 (zero_, then the accumulation); set to
-    // none, it is another tensor. The same one moved by 1: backward added to the last step's.
-    if (!warned_uncleared_ && last_grads_[i].lock().get() == g.unsafeGetTensorImpl() &&
-        g._version() == last_versions_[i] + 1) {
-      warned_uncleared_ = true;
-      std::cerr << "ampactor: AsyncOptimizer::step: the model's gradient " << i
-                << " was added to the last step's, not cleared since: call the model's "
-                   "zero_grad() (the optimizer's zero_grad() clears the masters' gradients, "
-                   "which the pipeline does not read). Said once.\n";
-    }
-    last_grads_[i] = c10::weak_intrusive_ptr<c10::TensorImpl>(g.getIntrusivePtr());
-    last_versions_[i] = std::int64_t(g._version());
-  }
-}
-
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
   check_optimizer(opt);
   warn_uncleared_grads();

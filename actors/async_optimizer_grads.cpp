@@ -1,0 +1,63 @@
+// What AsyncOptimizer::step does to the gradients besides moving them: clipping by the global
+// 2-norm inside the step's job (AsyncOptimizerOptions::clip_grad_norm), and the warning when the
+// model's gradients were never cleared.
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/core/errors.h>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace ampactor {
+
+AsyncOptimizerOptions& AsyncOptimizerOptions::clip_grad_norm(std::optional<double> v) {
+  if (v && !(std::isfinite(*v) && *v > 0)) {
+    std::ostringstream what;
+    what << "AsyncOptimizer: clip_grad_norm must be finite and > 0, got " << *v;
+    throw ScalerError(errc::bad_option, what.str());
+  }
+  clip_grad_norm_ = v;
+  return *this;
+}
+
+std::function<void()> AsyncOptimizer::clipping(torch::optim::Optimizer& opt,
+                                               std::function<void()> fn) {
+  const std::optional<double> max = options_.clip_grad_norm();
+  if (!max) return fn;
+  // In fn's job, after the grad move or check of the same iteration and before fn's step.
+  return [this, &opt, max = *max, fn = std::move(fn)] {
+    grad_norm_ = JobContext::current()->clip_grad_norm_(opt, max);
+    if (fn) fn();
+  };
+}
+
+void AsyncOptimizer::warn_uncleared_grads() {
+  last_grads_.resize(model_.size(), c10::weak_intrusive_ptr<c10::TensorImpl>(
+                                        c10::intrusive_ptr<c10::TensorImpl>()));
+  last_versions_.resize(model_.size(), 0);
+  for (std::size_t i = 0; i < model_.size(); ++i) {
+    const at::Tensor& g = model_[i].grad();
+    if (!g.defined()) {
+      last_grads_[i] =
+          c10::weak_intrusive_ptr<c10::TensorImpl>(c10::intrusive_ptr<c10::TensorImpl>());
+      continue;
+    }
+    // Cleared in place, a gradient's version moves by 2 (zero_, then the accumulation); set to
+    // none, it is another tensor. The same one moved by 1: backward added to the last step's.
+    if (!warned_uncleared_ && last_grads_[i].lock().get() == g.unsafeGetTensorImpl() &&
+        g._version() == last_versions_[i] + 1) {
+      warned_uncleared_ = true;
+      std::cerr << "ampactor: AsyncOptimizer::step: the model's gradient " << i
+                << " was added to the last step's, not cleared since: call the model's "
+                   "zero_grad() (the optimizer's zero_grad() clears the masters' gradients, "
+                   "which the pipeline does not read). Said once.\n";
+    }
+    last_grads_[i] = c10::weak_intrusive_ptr<c10::TensorImpl>(g.getIntrusivePtr());
+    last_versions_[i] = std::int64_t(g._version());
+  }
+}
+
+}  // namespace ampactor
