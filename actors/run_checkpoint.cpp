@@ -4,6 +4,7 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/core/scale_state.h>
+#include <ampactor/optim/fused.h>
 
 #include <torch/nn/module.h>
 #include <torch/optim/adam.h>
@@ -70,9 +71,8 @@ void check_optimizer_state(torch::optim::Optimizer& opt) {
   std::size_t i = 0;
   for (auto& group : opt.param_groups())
     for (const at::Tensor& p : group.params()) {
-      auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-      if (it != opt.state().end())
-        for (const at::Tensor& t : state_tensors(*it->second))
+      if (torch::optim::OptimizerParamState* s = optim::param_state(opt, p))
+        for (const at::Tensor& t : state_tensors(*s))
           if (t.defined() && (t.sizes() != p.sizes() || t.scalar_type() != p.scalar_type()))
             refuse("optimizer", "the state of parameter " + std::to_string(i) + " is " +
                                     shape_of(t) + ", the parameter " + shape_of(p));

@@ -73,22 +73,24 @@ UpdateOutcome ScaleState::update(bool found_inf) {
   const std::int64_t in_row = out.backed_off ? backoffs_in_row_ + 1
                               : out.absorbed ? backoffs_in_row_
                                              : 0;
-  std::ostringstream why;
-  if (state.scale < smallest_scale())
-    why << "the loss scale would fall to " << state.scale << ", below " << smallest_scale()
-        << ", the smallest scale whose reciprocal (the unscale factor) is a finite float: no "
-           "checkpoint could hold it";
   const bool many = collapse_backoffs_ > 0 && in_row >= collapse_backoffs_ && !said_backoffs_;
   const bool below = collapse_below_ > 0 && state.scale < collapse_below_ && !said_below_;
-  if (why.str().empty() && raise_on_collapse_ && many)
-    why << "the loss scale backed off " << in_row << " times in a row";
-  else if (why.str().empty() && raise_on_collapse_ && below)
-    why << "the loss scale would fall below " << collapse_below_ << " (to " << state.scale << ")";
-  if (!why.str().empty())
+  const bool unloadable = state.scale < smallest_scale();
+  if (unloadable || (raise_on_collapse_ && (many || below))) {
+    std::ostringstream why;  // only here: update() runs every iteration
+    if (unloadable)
+      why << "the loss scale would fall to " << state.scale << ", below " << smallest_scale()
+          << ", the smallest scale whose reciprocal (the unscale factor) is a finite float: no "
+             "checkpoint could hold it";
+    else if (many)
+      why << "the loss scale backed off " << in_row << " times in a row";
+    else
+      why << "the loss scale would fall below " << collapse_below_ << " (to " << state.scale << ")";
     throw ScalerError(errc::scale_collapsed, "ampactor: " + why.str() + " (" +
                                                  history(state.scale) +
                                                  "); nothing changed: update(new_scale) or a "
                                                  "load resumes the run");
+  }
   if (many) {
     said_backoffs_ = true;
     std::cerr << "ampactor: the loss scale backed off " << in_row << " times in a row ("

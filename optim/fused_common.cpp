@@ -145,6 +145,16 @@ StateKey key_of(const void* impl) {
   return key_for<StateKey>(const_cast<void*>(impl));
 }
 
+}  // namespace optim::detail
+
+torch::optim::OptimizerParamState* optim::param_state(torch::optim::Optimizer& opt,
+                                                      const at::Tensor& p) {
+  auto it = opt.state().find(detail::key_of(p));
+  return it == opt.state().end() ? nullptr : it->second.get();
+}
+
+namespace optim::detail {
+
 int threads_of(const FusedOptions& o) {
   return o.threads() > 0 ? o.threads() : at::get_num_threads();
 }

@@ -7,7 +7,6 @@
 
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,69 +55,21 @@ bool ignores_sigpipe(pid_t pid) {
   return (mask >> (SIGPIPE - 1)) & 1;
 }
 
-/// Rank `rank` of `n` of ampactor-dist-worker, its output in DIR/log<rank>.txt.
+/// Rank `rank` of `n` of ampactor-dist-worker, started without the launcher (RANK, WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT set here), its output in DIR/log<rank>.txt.
 class Rank {
  public:
   Rank(const fs::path& dir, int rank, int n, int port, std::vector<std::string> args)
-      : log_(dir / ("log" + std::to_string(rank) + ".txt")) {
-    std::vector<std::string> argv = {AMPACTOR_DIST_WORKER, "--out", dir.string(), "--timeout-ms",
-                                     std::to_string(kTimeoutMs)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> env = {"RANK=" + std::to_string(rank),
-                                    "WORLD_SIZE=" + std::to_string(n), "MASTER_ADDR=127.0.0.1",
-                                    "MASTER_PORT=" + std::to_string(port)};
-    for (char** e = environ; *e; ++e)
-      if (!starts_with_any(*e,
-                           {"RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=", "LOCAL_RANK="}))
-        env.emplace_back(*e);
-    std::vector<char*> a, v;
-    for (auto& s : argv)
-      a.push_back(s.data());
-    a.push_back(nullptr);
-    for (auto& s : env)
-      v.push_back(s.data());
-    v.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    // SIGPIPE as a shell leaves it, even if this test's runner ignores it: a rank must be able to
-    // die of it unless the library sees to it.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t dfl;
-    sigemptyset(&dfl);
-    sigaddset(&dfl, SIGPIPE);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-    const int rc = posix_spawn(&pid_, a[0], &fa, &attr, a.data(), v.data());
-    posix_spawnattr_destroy(&attr);
-    posix_spawn_file_actions_destroy(&fa);
-    REQUIRE_MESSAGE(rc == 0, "cannot start " << argv[0]);
-  }
-  Rank(const Rank&) = delete;
-  Rank& operator=(const Rank&) = delete;
-  ~Rank() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL), ::waitpid(pid_, nullptr, 0);
-  }
-
-  pid_t pid() const { return pid_; }
-  /// Its exit code, 128 + the signal that killed it, or -1 while it runs (reaped once exited).
-  int code() {
-    int status = 0;
-    if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
-      code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    return code_;
-  }
+      : log_(dir / ("log" + std::to_string(rank) + ".txt")),
+        child_(argv_of(dir, args), log_,
+               {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(n),
+                "LOCAL_RANK=" + std::to_string(rank), "MASTER_ADDR=127.0.0.1",
+                "MASTER_PORT=" + std::to_string(port)}) {}
+  pid_t pid() const { return child_.pid(); }
+  /// Its exit code, 128 + the signal that killed it, or -1 while it runs.
+  int code() { return child_.code(); }
   /// Waits up to `limit` for it to exit; its code, or -1.
-  int wait(milliseconds limit) {
-    const auto end = clock_type::now() + limit;
-    while (code() < 0 && clock_type::now() < end)
-      std::this_thread::sleep_for(milliseconds(5));
-    return code();
-  }
+  int wait(milliseconds limit) { return child_.wait(limit); }
   /// Its first line, the worker's error ("" before it says anything).
   std::string said() const {
     const std::string s = slurp(log_);
@@ -126,15 +77,16 @@ class Rank {
   }
 
  private:
-  static bool starts_with_any(const char* s, std::initializer_list<const char*> prefixes) {
-    for (const char* p : prefixes)
-      if (std::strncmp(s, p, std::strlen(p)) == 0) return true;
-    return false;
+  static std::vector<std::string> argv_of(const fs::path& dir,
+                                          const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {AMPACTOR_DIST_WORKER, "--out", dir.string(), "--timeout-ms",
+                                     std::to_string(kTimeoutMs)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
   }
 
-  fs::path log_;
-  pid_t pid_ = -1;
-  int code_ = -1;
+  std::string log_;
+  ampactor::test::Child child_;
 };
 
 /// Polls `done` every 5 ms for up to `limit`; the time it took, or `limit` if it never held.

@@ -136,4 +136,8 @@ class FusedSGD : public torch::optim::SGD, public FusedStep {
 /// The FusedStep of `opt`, or null for any other optimizer.
 FusedStep* fused_step_of(torch::optim::Optimizer& opt);
 
+/// `p`'s state in `opt` (any torch::optim optimizer), or null before its first step: the lookup
+/// under the key LibTorch keeps it by (a printed address in 1.x, the address in 2.x).
+torch::optim::OptimizerParamState* param_state(torch::optim::Optimizer& opt, const at::Tensor& p);
+
 }  // namespace ampactor::optim
