@@ -110,7 +110,7 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   if (options_.overlap_backward())
     overlap_ = std::make_unique<internal::OverlapBackward>(
         scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks(),
-        options_.clip_grad_norm());
+        options_.clip_grad_norm(), offload_.get());
   scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
 }
 

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
 
 namespace ampactor {
@@ -68,12 +69,17 @@ std::string overlap_refusal(const AsyncOptimizerOptions& o, const GradScaler& sc
   if (o.staleness() != 0)
     return "overlap_backward needs staleness 0 (it is exact; staleness 1 steps a whole "
            "iteration late)";
-  for (const at::Tensor& p : model)
-    if (!p.device().is_cpu())
-      return "overlap_backward needs the model on the CPU for now (the fused optimizers step on "
-             "the CPU; the form with the model on a GPU is not built yet)";
   if (o.master_device() && !o.master_device()->is_cpu())
     return "overlap_backward needs the masters on the CPU";
+  const bool offload = o.master_device() && !model.empty() && !model[0].device().is_cpu();
+  if (!offload)
+    for (const at::Tensor& p : model)
+      if (p.defined() && !p.device().is_cpu())
+        return "overlap_backward steps on the CPU: with the model on " + p.device().str() +
+               " it needs master_device(kCPU) (the masters and the fused optimizer on the CPU)";
+  if (offload && scaler.options().ranks())
+    return "overlap_backward with the model on a GPU and data-parallel ranks is not built yet; "
+           "with ranks keep the model on the CPU, or drop overlap_backward";
   return {};
 }
 
@@ -118,6 +124,7 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
                       "this iteration (see the error its backward raised); nothing of it is "
                       "committed");
   }
+  if (offload_) return step_overlap_offload(opt, std::move(fn));
   const std::vector<at::Tensor> grads = model_grads();
   if (!scaler().is_enabled()) {  // nothing was speculated: the synchronous fused step
     fn = clipping(opt, std::move(fn));
@@ -133,6 +140,22 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
     const double norm = o.finish(opt, grads, fn);
     if (options_.clip_grad_norm()) grad_norm_ = norm;
   });
+}
+
+void AsyncOptimizer::step_overlap_offload(torch::optim::Optimizer& opt, std::function<void()> fn) {
+  internal::OverlapBackward& o = *overlap_;
+  if (!scaler().is_enabled()) {  // nothing was sent nor speculated: the synchronous offload step
+    fn = clipping(opt, std::move(fn));
+    return step_offload(opt, std::move(fn));
+  }
+  // The grads no bucket sent (no hook fired, or the scale was not known yet) follow now.
+  const std::vector<at::Tensor> grads = model_grads();
+  offload_->exchange(&grads, nullptr, &o.sent());
+  scaler().run_on_optimizer([&] {
+    const double norm = o.finish(opt, offload_->receive_grads(), fn);
+    if (options_.clip_grad_norm()) grad_norm_ = norm;
+  });
+  offload_->exchange(nullptr, &model_);  // the committed weights, on the copy-in stream
 }
 
 }  // namespace ampactor

@@ -178,6 +178,18 @@ void GradScaler::submit(std::function<void()> fn, const SubmitOptions& options) 
   if (m.opts().enabled()) m.main.known_unscales += permit.counted();
 }
 
+bool GradScaler::submit_from_backward(std::function<void()> fn) {
+  // The main thread waits in backward() meanwhile: its state is this thread's until backward
+  // returns (the autograd engine's queue and its completion order the two threads both ways).
+  Impl& m = *impl_;
+  if (m.job() || !m.opts().enabled() || !m.main.scale_k) return false;
+  m.flush_close();
+  caf::anon_send(m.setup.actors.optimizer, StepJob{m.main.k, *m.main.scale_k, std::move(fn),
+                                                   m.epoch(), UnscalePermit::none()});
+  m.main.jobs_in_k = true;
+  return true;
+}
+
 void GradScaler::run_on_optimizer(const std::function<void()>& fn) {
   Impl& m = *impl_;
   m.require_main("run_on_optimizer");

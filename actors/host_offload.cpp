@@ -7,8 +7,10 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace ampactor::internal {
 
@@ -56,6 +58,17 @@ void order_after(const c10::Stream& on, const c10::Stream& waiter) {
   e.block(waiter);
 }
 
+/// Event::synchronize where this LibTorch has it (2.x); else a poll of query().
+template <class E>
+auto synchronize(const E& e, int) -> decltype(e.synchronize(), void()) {
+  e.synchronize();
+}
+template <class E>
+void synchronize(const E& e, long) {
+  while (!e.query())
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+}
+
 }  // namespace
 
 HostOffload::HostOffload(const std::vector<at::Tensor>& model)
@@ -67,7 +80,7 @@ HostOffload::HostOffload(const std::vector<at::Tensor>& model)
 }
 
 void HostOffload::exchange(const std::vector<at::Tensor>* grads,
-                           const std::vector<at::Tensor>* model) {
+                           const std::vector<at::Tensor>* model, const std::vector<bool>* sent) {
   if (grads && grads->size() != grads_.size())
     throw ScalerError(errc::bad_parameters, "AsyncOptimizer: " + std::to_string(grads->size()) +
                                                 " grads for " + std::to_string(grads_.size()) +
@@ -82,17 +95,8 @@ void HostOffload::exchange(const std::vector<at::Tensor>* grads,
   if (grads) {
     computed.block(out_);
     c10::StreamGuard on_out(out_);
-    for (std::size_t i = 0; i < grads->size(); ++i) {
-      const at::Tensor& g = (*grads)[i];
-      if (!g.defined()) {
-        grads_[i] = at::Tensor();
-        continue;
-      }
-      if (!grads_[i].defined() || grads_[i].sizes() != g.sizes() ||
-          grads_[i].scalar_type() != g.scalar_type())
-        grads_[i] = pinned_like(g, g.scalar_type());
-      grads_[i].copy_(g, /*non_blocking=*/true);
-    }
+    for (std::size_t i = 0; i < grads->size(); ++i)
+      if (!sent || !(*sent)[i]) copy_out(i, (*grads)[i]);
   }
   if (publish) {
     computed.block(in_);
@@ -104,6 +108,40 @@ void HostOffload::exchange(const std::vector<at::Tensor>* grads,
   // or rewritten, and the model's weights are the new ones.
   if (grads) order_after(out_, compute);
   if (publish) order_after(in_, compute);
+}
+
+void HostOffload::copy_out(std::size_t i, const at::Tensor& g) {
+  if (!g.defined()) {
+    grads_[i] = at::Tensor();
+    return;
+  }
+  if (!grads_[i].defined() || grads_[i].sizes() != g.sizes() ||
+      grads_[i].scalar_type() != g.scalar_type())
+    grads_[i] = pinned_like(g, g.scalar_type());
+  grads_[i].copy_(g, /*non_blocking=*/true);
+}
+
+std::shared_ptr<c10::Event> HostOffload::send_grads(const std::vector<std::size_t>& which,
+                                                    const std::vector<at::Tensor>& grads,
+                                                    std::vector<at::Tensor>& host) {
+  at::AutoGradMode no_grad(false);
+  c10::DeviceGuard on_device(device_);
+  c10::Event computed(device_.type());
+  computed.record(current_stream(device_));  // where backward accumulated these grads
+  computed.block(out_);
+  c10::StreamGuard on_out(out_);
+  host.clear();
+  for (std::size_t j = 0; j < which.size(); ++j) {
+    copy_out(which[j], grads[j]);
+    host.push_back(grads_[which[j]]);
+  }
+  auto landed = std::make_shared<c10::Event>(device_.type());
+  landed->record(out_);
+  return landed;
+}
+
+void HostOffload::wait(const c10::Event& e) {
+  synchronize(e, 0);
 }
 
 const std::vector<at::Tensor>& HostOffload::receive_grads() {

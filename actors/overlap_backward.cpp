@@ -1,5 +1,7 @@
 #include "internal/overlap_backward.h"
 
+#include "internal/host_offload.h"
+
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
@@ -47,19 +49,21 @@ struct OverlapBackward::Accumulators {
 
 OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
                                  std::vector<std::vector<std::size_t>> buckets, bool hooks,
-                                 std::optional<double> clip)
+                                 std::optional<double> clip, HostOffload* offload)
     : scaler_(scaler),
       model_(model),
+      offload_(offload),
       buckets_(std::move(buckets)),
       bucket_of_(model.size()),
+      ranks_(scaler.options().ranks()),
       hub_(std::make_shared<OverlapHub>()),
       accumulators_(std::make_unique<Accumulators>()),
       main_(std::this_thread::get_id()),
-      ranks_(scaler.options().ranks()),
       clip_(clip) {
   at::AutoGradMode no_grad(false);
-  for (const at::Tensor& p : model_)
-    spare_.push_back(p.detach().clone());
+  if (!offload_)
+    for (const at::Tensor& p : model_)
+      spare_.push_back(p.detach().clone());
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     for (std::size_t i : buckets_[b])
       bucket_of_[i] = b;
@@ -117,8 +121,9 @@ void OverlapBackward::use(torch::optim::Optimizer& opt, const std::vector<at::Te
 }
 
 void OverlapBackward::grad_final(std::size_t i) {
-  // A backward on another thread (a GPU's autograd thread): the last job checks and steps it.
-  if (std::this_thread::get_id() != main_ || accumulating_) return;
+  // On the CPU, a backward on another thread races with the trainer: the last job checks and
+  // steps it. A GPU's backward runs on its autograd thread while the trainer waits for it.
+  if ((!offload_ && std::this_thread::get_id() != main_) || accumulating_) return;
   if (final_[i]) {
     poisoned_ = true;
     throw ScalerError(errc::protocol_misuse,
@@ -165,8 +170,22 @@ void OverlapBackward::submit(std::size_t b) {
   std::vector<at::Tensor> grads;
   for (std::size_t i : buckets_[b])
     grads.push_back(model_[i].grad());
-  scaler_.submit([this, b, grads = std::move(grads)] { run_bucket(b, grads); },
-                 SubmitOptions().unscales(UnscalePermit::none()));
+  if (!offload_)
+    return scaler_.submit([this, b, grads = std::move(grads)] { run_bucket(b, grads); },
+                          SubmitOptions().unscales(UnscalePermit::none()));
+  // The grads leave the GPU now, on the copy-out stream; the job waits for them alone.
+  std::vector<at::Tensor> host;
+  std::shared_ptr<c10::Event> landed = offload_->send_grads(buckets_[b], grads, host);
+  for (std::size_t i : buckets_[b])
+    sent_[i] = true;
+  std::function<void()> job = [this, b, host = std::move(host), landed] {
+    HostOffload::wait(*landed);
+    run_bucket(b, host);
+  };
+  if (std::this_thread::get_id() == main_)
+    scaler_.submit(std::move(job), SubmitOptions().unscales(UnscalePermit::none()));
+  else
+    scaler_.submit_from_backward(std::move(job));  // the scale unknown: the last job does it
 }
 
 void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
@@ -220,7 +239,7 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
 void OverlapBackward::speculate(std::size_t b, const std::vector<at::Tensor>& grads, float inv) {
   std::vector<at::Tensor> g(model_.size()), w(model_.size());
   for (std::size_t j = 0; j < grads.size(); ++j)
-    g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = spare_[buckets_[b][j]];
+    g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = weights_out()[buckets_[b][j]];
   fused_->speculate(optim::ScaledStep().inv_scale(inv).grads(g).weights(w));
 }
 
@@ -241,8 +260,8 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
     at::Tensor f = at::zeros({}, at::kFloat);
     check_measured(rest, f, absmax_);
     const bool found = found_ || f.item<float>() != 0;
-    job->record_fused_check_(opt, grads, spare_, at::full({}, found ? 1.0f : 0.0f, at::kFloat),
-                             absmax_);
+    job->record_fused_check_(opt, grads, weights_out(),
+                             at::full({}, found ? 1.0f : 0.0f, at::kFloat), absmax_);
     if (clip_ && !found) {  // in parameter order, whatever order the buckets came in
       std::vector<double> squares;
       for (std::size_t i = 0; i < grads.size(); ++i)
@@ -262,8 +281,18 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
 double OverlapBackward::commit(torch::optim::Optimizer& opt, JobContext& job, double norm) {
   fused_->drop_speculation();  // skipped, or a parameter's inputs changed: not taken
   k_ = -1;
-  if (job.wrote_weights(opt)) swap_weights();
+  if (!offload_) {
+    if (job.wrote_weights(opt)) swap_weights();
+  } else if (job.wrote_weights(opt)) {
+    offload_->weights_written();  // step() hands them to the model on the copy-in stream
+  } else {
+    offload_->stage_weights(masters_);  // the speculation may have written some: the masters'
+  }
   return norm;
+}
+
+std::vector<at::Tensor>& OverlapBackward::weights_out() {
+  return offload_ ? offload_->weights_to_write() : spare_;
 }
 
 void OverlapBackward::swap_weights() {
@@ -283,6 +312,7 @@ void OverlapBackward::reset_iteration() {
   ready_.assign(buckets_.size(), false);
   next_ = 0;
   poisoned_ = false;
+  sent_.assign(model_.size(), false);
 }
 
 std::int64_t OverlapBackward::extra_bytes() const {

@@ -4,6 +4,8 @@
 //   gpu            the masters and AdamW on the GPU, AsyncOptimizer at staleness 0
 //   offload        the masters and optim::FusedAdamW on the CPU (RoundPipe's setting), staleness 0
 //   offload-async  the same at staleness 1 (the CPU's step overlaps the next forward/backward)
+//   offload-overlap  offload with overlap_backward: each bucket stepped on the CPU as backward
+//                  finishes its grads, committed at step() (exact: offload's trajectory)
 // Each mode writes OUT/MODE.csv (iteration, loss, scale, skipped) and a line of OUT/summary.csv.
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
@@ -35,7 +37,7 @@ struct Settings {
   double lr = 1e-3, weight_decay = 0.01;
   std::uint64_t seed = 1;
   std::string text, out = "out/gpt";
-  std::vector<std::string> modes = {"gpu", "offload", "offload-async"};
+  std::vector<std::string> modes = {"gpu", "offload", "offload-async", "offload-overlap"};
 };
 
 struct Summary {
@@ -62,6 +64,7 @@ Summary run(const std::string& mode, const GptCorpus& corpus, const Settings& s)
   AsyncOptimizerOptions o;
   o.staleness(mode == "offload-async" ? 1 : 0).optimizer_threads(s.optimizer_threads);
   if (mode != "gpu") o.master_device(at::Device(at::kCPU));
+  if (mode == "offload-overlap") o.overlap_backward(true);
   AsyncOptimizer pipe(w, scaler, o);
   const auto adamw = torch::optim::AdamWOptions(s.lr).weight_decay(s.weight_decay);
   torch::optim::Optimizer& opt =
@@ -130,9 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer-threads", s.optimizer_threads,
                  "the offload modes' optimizer threads (0: all cores but one)")
       ->check(CLI::Range(0, 4096));
-  app.add_option("--mode", s.modes, "modes: gpu, offload, offload-async")
+  app.add_option("--mode", s.modes, "modes: gpu, offload, offload-async, offload-overlap")
       ->delimiter(',')
-      ->check(CLI::IsMember({"gpu", "offload", "offload-async"}));
+      ->check(CLI::IsMember({"gpu", "offload", "offload-async", "offload-overlap"}));
   CLI11_PARSE(app, argc, argv);
   if (s.shape.embed % 64 != 0) {
     std::cerr << "--embed must be a multiple of 64, got " << s.shape.embed << "\n";

@@ -187,7 +187,23 @@ def compare(folder):
             s["mode"], float(s["tokens_per_s"]), float(s["eval_loss"]), tail, s["skipped"],
             "the end" if first == len(ref) else "iteration %d" % first, max(diffs[:first] or [0]),
             max(diffs)))
+    exact_pairs(folder)
     return 0
+
+
+def exact_pairs(folder):
+    """The runs that must equal another bit for bit: overlap_backward is offload's training."""
+    for run, ref in [("offload-overlap", "offload")]:
+        paths = [os.path.join(folder, n + ".csv") for n in (run, ref)]
+        if not all(os.path.exists(p) for p in paths):
+            continue
+        a, b = (read_rows(p) for p in paths)
+        first = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+        if first is None and len(a) == len(b):
+            print("\n%s against %s: every loss, scale and skip identical (%d iterations)"
+                  % (run, ref, len(a)))
+        else:
+            print("\n%s against %s: first differs at iteration %s" % (run, ref, first))
 
 
 def main():

@@ -182,6 +182,34 @@ void the_model_on_the_gpu(const std::vector<Batch>& data) {
   std::cout << "GPU offload: eval loss " << eval(model, data) << "\n";
 }
 
+/// The same with the overlapped backward: each bucket's grads leave the GPU and are stepped on
+/// the CPU while backward goes on.
+void the_overlapped_backward_on_the_gpu(const std::vector<Batch>& data) {
+  if (!torch::cuda::is_available()) {
+    std::cout << "GPU offload, overlapped backward: no CUDA device here, skipped\n";
+    return;
+  }
+  auto model = make_model();
+  model->to(at::kCUDA, at::kHalf);
+  ampactor::GradScaler scaler;
+  auto o = ampactor::AsyncOptimizerOptions()
+               .staleness(0)
+               .master_device(at::kCPU)  // the masters and the step on the CPU
+               .overlap_backward(true)   // each bucket's grads leave the GPU when final
+               .bucket_bytes(1024);      // small buckets for this small model
+  ampactor::AsyncOptimizer pipe(model->parameters(), scaler, o);
+  auto& opt = pipe.make_optimizer<ampactor::optim::FusedAdamW>(torch::optim::AdamWOptions(1e-3));
+  for (auto& batch : data) {
+    model->zero_grad();
+    at::Tensor x = batch.x.to(at::kCUDA, at::kHalf), y = batch.y.to(at::kCUDA);
+    scaler.scale(loss_fn(model->forward(x), y)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });
+    scaler.update();
+  }
+  pipe.sync();
+  std::cout << "GPU offload, overlapped backward: eval loss " << eval(model, data) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -201,6 +229,7 @@ int main(int argc, char** argv) try {
             << ", overlapped backward " << losses[4] << ", recorded " << losses[5]
             << "\nreplay the trace with: ampactor-replay " << trace << "\n";
   the_model_on_the_gpu(data);
+  the_overlapped_backward_on_the_gpu(data);
   for (double l : losses)
     if (!(l < untrained)) return 1;  // each way trained
   return 0;

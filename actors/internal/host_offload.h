@@ -11,6 +11,7 @@
 #include <c10/core/Stream.h>
 
 #include <atomic>
+#include <memory>
 #include <vector>
 
 namespace ampactor::internal {
@@ -30,7 +31,18 @@ class HostOffload {
   /// both at once. The current stream then waits for them: the next forward runs on the new
   /// weights, and the next backward may rewrite or free the grads at once. An undefined grad
   /// stays undefined. `grads` may be null: the weights only.
-  void exchange(const std::vector<at::Tensor>* grads, const std::vector<at::Tensor>* model);
+  /// `sent`: grads already on their way (send_grads), not copied again.
+  void exchange(const std::vector<at::Tensor>* grads, const std::vector<at::Tensor>* model,
+                const std::vector<bool>* sent = nullptr);
+  /// The thread running backward (overlap_backward): queues on the copy-out stream, behind the
+  /// calling thread's current stream, the copy of the parameters `which`'s grads (`grads`, in
+  /// that order) into their pinned host copies, which it returns in `host`; the event marks
+  /// their landing. An undefined grad stays undefined.
+  std::shared_ptr<c10::Event> send_grads(const std::vector<std::size_t>& which,
+                                         const std::vector<at::Tensor>& grads,
+                                         std::vector<at::Tensor>& host);
+  /// Blocks the calling thread alone until `e` has happened on its device.
+  static void wait(const c10::Event& e);
   /// Optimizer thread: blocks this thread alone until the last exchange's grad copies have
   /// landed, then returns the host copies (the model's grad dtype, pinned).
   const std::vector<at::Tensor>& receive_grads();
@@ -46,6 +58,9 @@ class HostOffload {
   c10::Device device() const { return device_; }
 
  private:
+  /// On the copy-out stream: grad g into parameter i's pinned copy.
+  void copy_out(std::size_t i, const at::Tensor& g);
+
   c10::Device device_;
   c10::Stream out_;                  // device -> host: the grads
   c10::Stream in_;                   // host -> device: the weights

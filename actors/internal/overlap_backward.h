@@ -1,7 +1,9 @@
 // AsyncOptimizer's overlapped-backward mode (AsyncOptimizerOptions::overlap_backward): each
 // bucket of parameters is checked and stepped speculatively on the optimizer thread as soon as
 // backward has finished its gradients; the last job (step()) commits or drops the speculation.
-// Not installed.
+// With the model on a GPU and the masters on the CPU, backward runs on the GPU's autograd thread:
+// the hooks then send each bucket's grads to the host and queue its job from there, while the
+// trainer waits in backward(). Not installed.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +36,7 @@ class FusedStep;
 namespace ampactor::internal {
 
 class OverlapBackward;
+class HostOffload;
 
 /// overlap_backward's buckets: the options' own, checked (every parameter in exactly one, none
 /// empty; else ScalerError(errc::bad_option)), or the parameters in reverse order packed into
@@ -54,10 +57,12 @@ class OverlapBackward {
  public:
   /// `buckets`: the parameters' indices, each once (checked by the caller). hooks: install the
   /// post-accumulation hooks (else only grads_ready() makes a bucket ready). clip: clipping's
-  /// max_norm (AsyncOptimizerOptions::clip_grad_norm): each bucket is measured too.
+  /// max_norm (AsyncOptimizerOptions::clip_grad_norm): each bucket is measured too. offload:
+  /// the model on a GPU, the masters on the CPU (the pipeline's, outliving this): each ready
+  /// bucket's grads leave the GPU at once, and the steps write the pinned host weights.
   OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
                   std::vector<std::vector<std::size_t>> buckets, bool hooks,
-                  std::optional<double> clip);
+                  std::optional<double> clip, HostOffload* offload = nullptr);
   ~OverlapBackward();
   OverlapBackward(const OverlapBackward&) = delete;
   OverlapBackward& operator=(const OverlapBackward&) = delete;
@@ -80,6 +85,8 @@ class OverlapBackward {
   /// A gradient was final twice in this iteration: its step is refused.
   bool poisoned() const { return poisoned_; }
   bool accumulating() const { return accumulating_; }
+  /// offload: the parameters whose grads a bucket sent to the host in this iteration.
+  const std::vector<bool>& sent() const { return sent_; }
   /// The iteration's last job, run on the optimizer thread by step(): checks what no bucket job
   /// checked, records the whole check with the scaler, clips (a clipped step takes no
   /// speculation: its inverse scale differs), runs fn (which steps), drops whatever speculation
@@ -113,10 +120,13 @@ class OverlapBackward {
   void run_bucket(std::size_t b, const std::vector<at::Tensor>& grads);
   void begin_iteration_on_optimizer(std::int64_t k);
   void swap_weights();
+  /// Where a step writes the new 16-bit weights: the spare buffer, or the pinned host weights.
+  std::vector<at::Tensor>& weights_out();
 
   GradScaler& scaler_;
   std::vector<at::Tensor> model_;
-  std::vector<at::Tensor> spare_;  // the weights' second buffer: speculative steps write here
+  std::vector<at::Tensor> spare_;   // the weights' second buffer: speculative steps write here
+  HostOffload* offload_ = nullptr;  // the model on a GPU: the pinned host weights instead
   std::vector<std::vector<std::size_t>> buckets_;
   std::vector<std::size_t> bucket_of_;
   std::shared_ptr<RankGroup> ranks_;
@@ -134,6 +144,7 @@ class OverlapBackward {
   std::vector<bool> ready_;        // bucket b's gradients are final
   std::size_t next_ = 0;           // ranks: the first bucket not queued yet
   bool poisoned_ = false;
+  std::vector<bool> sent_;  // offload: parameter i's grad is on its way to the host
   // Optimizer thread, for iteration k_.
   std::int64_t k_ = -1;
   bool found_ = false;

@@ -91,10 +91,13 @@ class AsyncOptimizerOptions {
   /// masters, moments and weights are only read); step() commits by swapping buffers, or drops
   /// everything if any gradient overflowed: the same masters, moments, step counts, weights,
   /// scales and skips as without overlap, bit for bit. Needs a fused optimizer
-  /// (ampactor::optim) and, for now, the model and the masters on the CPU. With ranks each
-  /// bucket is averaged across them as soon as it is ready (in bucket order on every rank).
+  /// (ampactor::optim) and the masters on the CPU. With the model on a GPU (master_device
+  /// kCPU) each bucket's grads leave the GPU on the copy-out stream as soon as it is ready, and
+  /// step() sends the committed weights back. With ranks (the model on the CPU) each bucket is
+  /// averaged across them as soon as it is ready (in bucket order on every rank).
   /// Memory: the second buffer holds a copy of the masters and the optimizer state (Adam: 12
-  /// bytes a parameter, SGD with momentum: 8) and of the weights (overlap_bytes()).
+  /// bytes a parameter, SGD with momentum: 8) and, with the model on the CPU, of the weights
+  /// (overlap_bytes()).
   AMPACTOR_ARG_ANY(bool, overlap_backward, false);
   /// overlap_backward: the buckets, as indices into the model's parameters, each parameter in
   /// exactly one, in the order backward finishes them. Empty (default): the parameters in
@@ -232,6 +235,8 @@ class AsyncOptimizer {
   void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// step() with overlap_backward.
   void step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// step_overlap with the model on a GPU and the masters on the CPU.
+  void step_overlap_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
   internal::OverlapBackward& overlap() const;
   /// fn preceded by clip_grad_norm's clipping (fn itself without the option).
   std::function<void()> clipping(torch::optim::Optimizer& opt, std::function<void()> fn);

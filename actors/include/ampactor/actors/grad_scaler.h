@@ -41,6 +41,9 @@ class InputArchive;
 }  // namespace torch::serialize
 
 namespace ampactor {
+namespace internal {
+class OverlapBackward;
+}
 
 struct ScalerActors;
 class AsyncOptimizer;
@@ -181,6 +184,11 @@ class GradScaler {
 
  private:
   friend class AsyncOptimizer;
+  friend class internal::OverlapBackward;
+  /// A step job queued from the thread that runs backward (a GPU's autograd thread) while the
+  /// main thread waits in backward(), for the iteration's known scale; false, nothing queued,
+  /// where the scale is not known yet or the scaler is disabled.
+  bool submit_from_backward(std::function<void()> fn);
   /// The pipelines over this scaler (main thread): told when the scaler goes, after its jobs.
   void attach(AsyncOptimizer* pipeline);
   void detach(AsyncOptimizer* pipeline) noexcept;
