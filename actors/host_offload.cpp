@@ -102,7 +102,9 @@ void HostOffload::exchange(const std::vector<at::Tensor>* grads,
     computed.block(in_);
     c10::StreamGuard on_in(in_);
     for (std::size_t i = 0; i < weights_.size(); ++i)
-      (*model)[i].detach().copy_(weights_[i], /*non_blocking=*/true);
+      (*model)[i].detach().copy_(!early_.empty() && early_[i] ? device_spare_[i] : weights_[i],
+                                 /*non_blocking=*/true);
+    early_.clear();
   }
   // The current stream goes on once the copies are done: the grads' memory may then be reused
   // or rewritten, and the model's weights are the new ones.
@@ -159,7 +161,35 @@ void HostOffload::stage_weights(const std::vector<at::Tensor>& masters) {
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < weights_.size(); ++i)
     weights_[i].copy_(masters[i].detach());
+  early_.clear();
   staged_.store(true, std::memory_order_release);
+}
+
+void HostOffload::keep_device_spare() {
+  if (!device_spare_.empty()) return;
+  at::AutoGradMode no_grad(false);
+  for (const at::Tensor& w : weights_)
+    device_spare_.push_back(at::empty(w.sizes(), w.options().device(device_).pinned_memory(false)));
+}
+
+void HostOffload::stage_early(const std::vector<std::size_t>& which) {
+  at::AutoGradMode no_grad(false);
+  c10::DeviceGuard on_device(device_);
+  c10::StreamGuard on_in(in_);
+  for (std::size_t i : which)
+    device_spare_[i].copy_(weights_[i], /*non_blocking=*/true);
+}
+
+void HostOffload::weights_written(std::vector<bool> early) {
+  early_ = std::move(early);
+  staged_.store(true, std::memory_order_release);
+}
+
+std::int64_t HostOffload::device_spare_bytes() const {
+  std::int64_t n = 0;
+  for (const at::Tensor& t : device_spare_)
+    n += std::int64_t(t.nbytes());
+  return n;
 }
 
 }  // namespace ampactor::internal

@@ -64,6 +64,8 @@ OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tenso
   if (!offload_)
     for (const at::Tensor& p : model_)
       spare_.push_back(p.detach().clone());
+  else
+    offload_->keep_device_spare();
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     for (std::size_t i : buckets_[b])
       bucket_of_[i] = b;
@@ -198,6 +200,8 @@ void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
   local_found_ = false;
   agreed_max_ = dtype_max_ = 0;
   squares_.assign(model_.size(), std::numeric_limits<double>::quiet_NaN());
+  // The last exchange has read the pinned weights: the buckets' steps may write them from here.
+  if (offload_) offload_->weights_to_write();
 }
 
 void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& grads) {
@@ -238,9 +242,12 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
 
 void OverlapBackward::speculate(std::size_t b, const std::vector<at::Tensor>& grads, float inv) {
   std::vector<at::Tensor> g(model_.size()), w(model_.size());
+  std::vector<at::Tensor>& out = offload_ ? offload_->weights_unsynced() : spare_;
   for (std::size_t j = 0; j < grads.size(); ++j)
-    g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = weights_out()[buckets_[b][j]];
+    g[buckets_[b][j]] = grads[j], w[buckets_[b][j]] = out[buckets_[b][j]];
   fused_->speculate(optim::ScaledStep().inv_scale(inv).grads(g).weights(w));
+  // The bucket's new weights go to the device now; step() keeps them if the step is taken.
+  if (offload_) offload_->stage_early(buckets_[b]);
 }
 
 double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
@@ -269,6 +276,7 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
           squares.push_back(std::isnan(squares_[i]) ? squared_norm(grads[i]) : squares_[i]);
       norm = job->clip_grad_norm_(opt, *clip_, &squares);
     }
+    note_masters();
     if (fn) fn();
   } catch (...) {
     fused_->drop_speculation();
@@ -284,11 +292,22 @@ double OverlapBackward::commit(torch::optim::Optimizer& opt, JobContext& job, do
   if (!offload_) {
     if (job.wrote_weights(opt)) swap_weights();
   } else if (job.wrote_weights(opt)) {
-    offload_->weights_written();  // step() hands them to the model on the copy-in stream
+    // A master whose speculative step was taken changed storage (a swap): its weights are those
+    // staged on the device. step() hands every weight to the model on the copy-in stream.
+    std::vector<bool> early(model_.size(), false);
+    for (std::size_t i = 0; i < model_.size() && i < master_ptrs_.size(); ++i)
+      early[i] = masters_[i].data_ptr() != master_ptrs_[i];
+    offload_->weights_written(std::move(early));
   } else {
     offload_->stage_weights(masters_);  // the speculation may have written some: the masters'
   }
   return norm;
+}
+
+void OverlapBackward::note_masters() {
+  master_ptrs_.clear();
+  for (const at::Tensor& m : masters_)
+    master_ptrs_.push_back(m.data_ptr());
 }
 
 std::vector<at::Tensor>& OverlapBackward::weights_out() {
@@ -317,6 +336,7 @@ void OverlapBackward::reset_iteration() {
 
 std::int64_t OverlapBackward::extra_bytes() const {
   std::int64_t n = fused_ ? fused_->speculation_bytes() : 0;
+  if (offload_) n += offload_->device_spare_bytes();
   for (const at::Tensor& t : spare_)
     n += std::int64_t(t.nbytes());
   return n;

@@ -11,12 +11,14 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/stack.h>
 #include <torch/cuda.h>
 #include <torch/optim/adamw.h>
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -36,6 +38,7 @@ struct Settings {
   int steps = 300, warmup = 20, growth_interval = 10, optimizer_threads = 0;
   double lr = 1e-3, weight_decay = 0.01;
   std::uint64_t seed = 1;
+  bool deterministic = false;
   std::string text, out = "out/gpt";
   std::vector<std::string> modes = {"gpu", "offload", "offload-async", "offload-overlap"};
 };
@@ -133,6 +136,9 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer-threads", s.optimizer_threads,
                  "the offload modes' optimizer threads (0: all cores but one)")
       ->check(CLI::Range(0, 4096));
+  app.add_flag("--deterministic", s.deterministic,
+               "LibTorch's deterministic kernels (the embedding's backward adds in a fixed order):"
+               " a mode then repeats its own run bit for bit");
   app.add_option("--mode", s.modes, "modes: gpu, offload, offload-async, offload-overlap")
       ->delimiter(',')
       ->check(CLI::IsMember({"gpu", "offload", "offload-async", "offload-overlap"}));
@@ -150,6 +156,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   s.shape.heads = s.shape.embed / 64;
+  if (s.deterministic) {
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);  // cuBLAS's condition, read at first use
+    at::globalContext().setDeterministicAlgorithms(true, false);
+  }
   if (s.optimizer_threads == 0)
     s.optimizer_threads = std::max(1, int(std::thread::hardware_concurrency()) - 1);
   try {

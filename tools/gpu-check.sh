@@ -5,7 +5,8 @@
 #   mkdir -p .debs && (cd .debs && apt-get download libcaf-dev libcaf-core0.17 libcaf-io0.17 \
 #     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev)
 #
-# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload gpt)
+# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload overlap
+# gpt)
 # The offload cases' tests run in ctest; the offload step runs the benchmark alone.
 # Logs go to $LOGDIR (default $OUT, else /tmp/ampactor-gpu), one file per step.
 # AMPACTOR_REQUIRE_GPU turns a GPU case that finds no GPU into a failure instead of a skip.
@@ -17,6 +18,7 @@ BUILD=${BUILD:-build-gpu}
 LOGDIR=${LOGDIR:-${OUT:-/tmp/ampactor-gpu}}
 JOBS=${JOBS:-$(nproc)}
 BENCHES=${BENCHES:-ampactor-benches}    # the bench targets to build (default: all of them)
+TARGETS=${TARGETS:-all}                 # the other targets to build (ctest needs all)
 CTEST_ARGS=${CTEST_ARGS:-}              # e.g. "-LE slow": leave the examples' rebuild out
 SANITIZE_TIMEOUT=${SANITIZE_TIMEOUT:-600}  # seconds per suite and tool
 mkdir -p "$LOGDIR"
@@ -39,7 +41,8 @@ step_build() {
   cmake -G Ninja -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMPACTOR_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="75;90" -DCMAKE_PREFIX_PATH="$torch_prefix;$PREFIX/usr" || return 1
   local t0=$SECONDS
-  cmake --build "$BUILD" -j "$JOBS" || return 1
+  # shellcheck disable=SC2086
+  cmake --build "$BUILD" -j "$JOBS" --target $TARGETS || return 1
   # shellcheck disable=SC2086
   cmake --build "$BUILD" -j "$JOBS" --target $BENCHES || return 1
   echo "build: $((SECONDS - t0)) s on $JOBS cores"
@@ -89,12 +92,20 @@ step_demo() {
     cp /tmp/ampactor-demo/summary.csv "$LOGDIR/demo-summary.csv"
 }
 
-# The offload bench twice: micro-batches matched to LibTorch's step (staleness 1's best case), and
-# one long backward (overlap_backward's: the step hides behind the last backward).
+# The offload bench three times: micro-batches matched to LibTorch's step (staleness 1's best
+# case), and one long backward (overlap_backward's: the step hides behind it) over 4 and 16 layers.
 step_offload() {
-  "$BUILD/bench/ampactor-bench-offload" --json "$LOGDIR/bench-offload.json" &&
-    "$BUILD/bench/ampactor-bench-offload" --micro 1 --batch 131072 --iters 6 \
-      --json "$LOGDIR/bench-offload-long-backward.json"
+  local b=$BUILD/bench/ampactor-bench-offload
+  "$b" --json "$LOGDIR/bench-offload.json" &&
+    "$b" --micro 1 --batch 131072 --iters 6 --json "$LOGDIR/bench-offload-long-backward.json" &&
+    "$b" --micro 1 --batch 131072 --iters 6 --layers 16 --width 2048 \
+      --json "$LOGDIR/bench-offload-long-backward-16.json"
+}
+
+# overlap_backward with the model on the GPU: its cases, and memcheck over them.
+step_overlap() {
+  "$BUILD/tests/ampactor-tests-pipeline" --test-case='offload? overlap*' &&
+    sanitize memcheck ampactor-tests-pipeline '--test-case=offload? overlap*'
 }
 
 # The small GPT three ways against PyTorch (bench/gpt_torch.py), on the project's own text.
@@ -105,7 +116,24 @@ step_gpt() {
   cat README.md CHANGELOG.md $(find doc demo bench -name '*.md' | LC_ALL=C sort) >"$text"
   python3 bench/gpt_torch.py --text "$text" --out "$dir" &&
     "$BUILD/bench/ampactor-bench-gpt" --text "$text" --out "$dir" &&
-    python3 bench/gpt_torch.py --compare "$dir"
+    python3 bench/gpt_torch.py --compare "$dir" || return 1
+  # With deterministic kernels a run repeats itself bit for bit, and overlap_backward is offload's.
+  local a=$dir/deterministic-a b=$dir/deterministic-b
+  mkdir -p "$a" "$b"
+  "$BUILD/bench/ampactor-bench-gpt" --text "$text" --out "$a" --deterministic \
+    --mode offload,offload-overlap &&
+    "$BUILD/bench/ampactor-bench-gpt" --text "$text" --out "$b" --deterministic \
+      --mode offload-overlap,offload || return 1
+  local rc=0 x
+  for x in "$a/offload-overlap.csv" "$b/offload.csv" "$b/offload-overlap.csv"; do
+    if cmp -s "$a/offload.csv" "$x"; then
+      echo "deterministic: $x equals $a/offload.csv (every loss, scale and skip)"
+    else
+      echo "deterministic: $x DIFFERS from $a/offload.csv"
+      rc=1
+    fi
+  done
+  return $rc
 }
 
 for s in "$@"; do

@@ -55,6 +55,20 @@ class HostOffload {
   std::vector<at::Tensor>& weights_to_write();
   void weights_written() { staged_.store(true, std::memory_order_release); }
 
+  // ---- overlap_backward: the weights staged on the device as each bucket is stepped ----
+  /// Makes the device copy of the weights that stage_early() fills (the model's dtype), once.
+  void keep_device_spare();
+  /// Optimizer thread: queues on the copy-in stream the copy of the pinned weights of the
+  /// parameters `which` into the device copy, without waiting.
+  void stage_early(const std::vector<std::size_t>& which);
+  /// Optimizer thread: the pinned weights without waiting for the copy-in stream, for a step
+  /// that writes weights no queued copy reads (weights_to_write() waited once this iteration).
+  std::vector<at::Tensor>& weights_unsynced() { return weights_; }
+  /// weights_written(), where early[i] says that parameter i's staged copy holds its weights:
+  /// the next exchange copies it on the device instead of from the host.
+  void weights_written(std::vector<bool> early);
+  std::int64_t device_spare_bytes() const;
+
   c10::Device device() const { return device_; }
 
  private:
@@ -62,11 +76,13 @@ class HostOffload {
   void copy_out(std::size_t i, const at::Tensor& g);
 
   c10::Device device_;
-  c10::Stream out_;                  // device -> host: the grads
-  c10::Stream in_;                   // host -> device: the weights
-  std::vector<at::Tensor> grads_;    // pinned, the model's grad dtype
-  std::vector<at::Tensor> weights_;  // pinned, the model's dtype
-  std::atomic<bool> staged_{false};  // weights_ holds weights the model has not received
+  c10::Stream out_;                       // device -> host: the grads
+  c10::Stream in_;                        // host -> device: the weights
+  std::vector<at::Tensor> grads_;         // pinned, the model's grad dtype
+  std::vector<at::Tensor> weights_;       // pinned, the model's dtype
+  std::atomic<bool> staged_{false};       // weights_ holds weights the model has not received
+  std::vector<at::Tensor> device_spare_;  // overlap_backward: the weights staged early
+  std::vector<bool> early_;               // published with staged_: device_spare_[i] is current
 };
 
 }  // namespace ampactor::internal

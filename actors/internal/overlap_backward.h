@@ -122,6 +122,8 @@ class OverlapBackward {
   void swap_weights();
   /// Where a step writes the new 16-bit weights: the spare buffer, or the pinned host weights.
   std::vector<at::Tensor>& weights_out();
+  /// offload: the masters' storage before fn, to tell which speculative steps it took.
+  void note_masters();
 
   GradScaler& scaler_;
   std::vector<at::Tensor> model_;
@@ -144,7 +146,8 @@ class OverlapBackward {
   std::vector<bool> ready_;        // bucket b's gradients are final
   std::size_t next_ = 0;           // ranks: the first bucket not queued yet
   bool poisoned_ = false;
-  std::vector<bool> sent_;  // offload: parameter i's grad is on its way to the host
+  std::vector<bool> sent_;                // offload: parameter i's grad is on its way to the host
+  std::vector<const void*> master_ptrs_;  // offload: note_masters()
   // Optimizer thread, for iteration k_.
   std::int64_t k_ = -1;
   bool found_ = false;

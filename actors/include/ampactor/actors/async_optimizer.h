@@ -96,7 +96,7 @@ class AsyncOptimizerOptions {
   /// step() sends the committed weights back. With ranks (the model on the CPU) each bucket is
   /// averaged across them as soon as it is ready (in bucket order on every rank).
   /// Memory: the second buffer holds a copy of the masters and the optimizer state (Adam: 12
-  /// bytes a parameter, SGD with momentum: 8) and, with the model on the CPU, of the weights
+  /// bytes a parameter, SGD with momentum: 8) and of the weights, where the model is
   /// (overlap_bytes()).
   AMPACTOR_ARG_ANY(bool, overlap_backward, false);
   /// overlap_backward: the buckets, as indices into the model's parameters, each parameter in
