@@ -116,6 +116,25 @@ void check_absmax(const char* op, at::Tensor* absmax, const at::Tensor& found_in
   if (absmax->is_same(found_inf)) fail(op, "grad_absmax and found_inf must be two tensors");
 }
 
+/// The attribution's flags: one Byte per gradient, contiguous, on the device, a tensor of its own.
+void check_nonfinite(const char* op, at::Tensor* flags, std::size_t count,
+                     const at::Tensor& found_inf, const at::Tensor* absmax) {
+  if (!flags) return;
+  if (!flags->defined()) fail(op, "nonfinite is undefined");
+  if (flags->scalar_type() != at::kByte)
+    fail(op, "nonfinite must be a Byte (uint8) tensor, got " +
+                 std::string(c10::toString(flags->scalar_type())));
+  if (flags->device() != found_inf.device())
+    fail(op, "nonfinite is on " + flags->device().str() + " but the gradients are on " +
+                 found_inf.device().str());
+  if (flags->numel() != std::int64_t(count))
+    fail(op, "nonfinite has " + std::to_string(flags->numel()) + " elements for " +
+                 std::to_string(count) + " gradients (one byte per gradient)");
+  if (!flags->is_contiguous()) fail(op, "nonfinite must be contiguous");
+  if (flags->is_same(found_inf) || (absmax && flags->is_same(*absmax)))
+    fail(op, "nonfinite must be a tensor of its own");
+}
+
 /// What both entries check before any gradient: found_inf, grad_absmax, the device (before any
 /// data pointer is read on the host) and inv_scale. Returns the inverse scale: read here from a
 /// host tensor; a device tensor is the kernel's to read, and `inv` comes back as it was.
@@ -133,10 +152,11 @@ float check_scales(const char* op, const c10::Device& device, const at::Tensor& 
 }
 
 void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_tensor, float inv,
-                  at::Tensor& found_inf, at::Tensor* absmax) {
+                  at::Tensor& found_inf, at::Tensor* absmax, at::Tensor* flags = nullptr) {
   const c10::Device device = common_device(grads, found_inf);
   const bool on_cuda = device.is_cuda();
   inv = check_scales(op, device, found_inf, absmax, inv_tensor, inv);
+  check_nonfinite(op, flags, grads.size(), found_inf, absmax);
   // Check-only when the multiply is the identity: one read, no write. A device inv_scale is read
   // by the kernel, not here, so the gradients must then be writable.
   const bool write = (on_cuda && inv_tensor) || inv != 1.0f;
@@ -150,18 +170,21 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
                     {nullptr, ElemType::f32}});
   }
   if (on_cuda)
-    internal::cuda_unscale(op, grads, inv_tensor, inv, found_inf, !write, absmax);
-  else if (run_cpu(write ? Op::unscale : Op::check, jobs, inv, absmax))
+    internal::cuda_unscale(op, grads, inv_tensor, inv, found_inf, !write, absmax, flags);
+  else if (run_cpu(write ? Op::unscale : Op::check, jobs, inv, absmax,
+                   flags ? flags->data_ptr<std::uint8_t>() : nullptr))
     set_found(found_inf);
   if (write) bump_versions(grads);
 }
 
 void move_impl(at::TensorList model_grads, at::TensorList master_grads,
-               const at::Tensor* inv_tensor, float inv, at::Tensor& found_inf, at::Tensor* absmax) {
+               const at::Tensor* inv_tensor, float inv, at::Tensor& found_inf, at::Tensor* absmax,
+               at::Tensor* flags = nullptr) {
   const char* op = "move_grads_and_unscale";
   const c10::Device device = common_device(model_grads, found_inf);
   const bool on_cuda = device.is_cuda();
   inv = check_scales(op, device, found_inf, absmax, inv_tensor, inv);
+  check_nonfinite(op, flags, model_grads.size(), found_inf, absmax);
   if (model_grads.size() != master_grads.size())
     fail(op, "got " + std::to_string(model_grads.size()) + " model grads but " +
                  std::to_string(master_grads.size()) + " master grads");
@@ -191,8 +214,8 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
     jobs.back().b.base = static_cast<char*>(master.data_ptr());
   }
   if (on_cuda)
-    internal::cuda_move(op, model_grads, master_grads, inv_tensor, inv, found_inf, absmax);
-  else if (run_cpu(Op::move, jobs, inv, absmax))
+    internal::cuda_move(op, model_grads, master_grads, inv_tensor, inv, found_inf, absmax, flags);
+  else if (run_cpu(Op::move, jobs, inv, absmax, flags ? flags->data_ptr<std::uint8_t>() : nullptr))
     set_found(found_inf);
   bump_versions(master_grads);
 }
@@ -244,6 +267,45 @@ void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_gr
                             const at::Tensor& inv_scale, at::Tensor& found_inf,
                             at::Tensor& grad_absmax) {
   move_impl(model_grads, master_grads, &inv_scale, 0.0f, found_inf, &grad_absmax);
+}
+
+namespace {
+/// The Measures' tensors as the impls take them (handles: they write the caller's tensors).
+struct Outs {
+  at::Tensor absmax, flags;
+  explicit Outs(const Measures& m) : absmax(m.grad_absmax()), flags(m.nonfinite()) {}
+  at::Tensor* a() { return absmax.defined() ? &absmax : nullptr; }
+  at::Tensor* f() { return flags.defined() ? &flags : nullptr; }
+};
+}  // namespace
+
+void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf,
+                       const Measures& m) {
+  Outs o(m);
+  unscale_impl("unscale_and_check", grads, nullptr, inv_scale, found_inf, o.a(), o.f());
+}
+
+void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf,
+                       const Measures& m) {
+  Outs o(m);
+  unscale_impl("unscale_and_check", grads, &inv_scale, 0.0f, found_inf, o.a(), o.f());
+}
+
+void check_finite(at::TensorList grads, at::Tensor& found_inf, const Measures& m) {
+  Outs o(m);
+  unscale_impl("check_finite", grads, nullptr, 1.0f, found_inf, o.a(), o.f());
+}
+
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            float inv_scale, at::Tensor& found_inf, const Measures& m) {
+  Outs o(m);
+  move_impl(model_grads, master_grads, nullptr, inv_scale, found_inf, o.a(), o.f());
+}
+
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            const at::Tensor& inv_scale, at::Tensor& found_inf, const Measures& m) {
+  Outs o(m);
+  move_impl(model_grads, master_grads, &inv_scale, 0.0f, found_inf, o.a(), o.f());
 }
 
 const char* cpu_loop_variant() {

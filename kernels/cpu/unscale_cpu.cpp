@@ -2,10 +2,13 @@
 // the instruction set's loops, in parallel where the work is large enough.
 #include "unscale_cpu.h"
 
+#include <ampactor/kernels/unscale.h>
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 #include "cpu_features.h"
@@ -92,16 +95,62 @@ bool run_task(Op op, const Job& job, const Task& task, float inv, const LoopTabl
   return bad;
 }
 
+/// kHeldInf / kHeldNaN for one element of type t: all exponent bits set, and a mantissa.
+std::uint8_t held(ElemType t, const char* p) {
+  std::uint64_t b = 0, exp = 0, mant = 0;
+  switch (t) {
+    case ElemType::f32: {
+      std::uint32_t u;
+      std::memcpy(&u, p, 4);
+      b = u, exp = 0x7f800000u, mant = 0x007fffffu;
+      break;
+    }
+    case ElemType::f64:
+      std::memcpy(&b, p, 8);
+      exp = 0x7ff0000000000000ull, mant = 0x000fffffffffffffull;
+      break;
+    case ElemType::f16:
+    case ElemType::bf16: {
+      std::uint16_t u;
+      std::memcpy(&u, p, 2);
+      b = u;
+      exp = t == ElemType::f16 ? 0x7c00u : 0x7f80u;
+      mant = t == ElemType::f16 ? 0x03ffu : 0x007fu;
+      break;
+    }
+  }
+  if ((b & exp) != exp) return 0;
+  return (b & mant) ? kHeldNaN : kHeldInf;
+}
+
+/// What a task's chunk of operand a holds (read again: only chunks that found a non-finite).
+std::uint8_t classify(const Job& job, const Task& task) {
+  const Layout& l = job.layout;
+  const std::size_t ea = elem_size(job.a.type);
+  std::uint8_t out = 0;
+  for (std::int64_t r = task.row_begin; r < task.row_end; ++r) {
+    const char* pa = job.a.base + (l.row_offset(0, r) + task.col_begin * l.col_stride[0]) * ea;
+    for (std::int64_t c = 0; c < task.col_end - task.col_begin; ++c)
+      out |= held(job.a.type, pa + c * l.col_stride[0] * std::int64_t(ea));
+    if (out == (kHeldInf | kHeldNaN)) break;
+  }
+  return out;
+}
+
 /// Runs every job; returns whether any element was inf or NaN. With `absmax`, raises it to the
-/// largest finite |element| read (threads keep their own max and merge once at the end).
-bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax) {
+/// largest finite |element| read (threads keep their own max and merge once at the end). With
+/// `flags`, the attribution of each job (run_cpu).
+bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax, std::uint8_t* flags) {
   std::int64_t total = 0;
   const std::vector<Task> tasks = make_tasks(jobs, &total);
   const LoopTable& lt = loops();
   if (total < kParallelMinElems || at::get_num_threads() == 1 || at::in_parallel_region()) {
     bool bad = false;
     for (const Task& t : tasks)
-      bad |= run_task(op, jobs[t.job], t, inv, lt, absmax);
+      if (run_task(op, jobs[t.job], t, inv, lt, absmax)) {
+        bad = true;
+        if (flags) flags[t.job] |= classify(jobs[t.job], t);
+      }
     return bad;
   }
   // As the fused step that may follow: on the main thread's OpenMP team, else on the kernels'
@@ -112,9 +161,15 @@ bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax) {
   run_shares(at::get_num_threads(), [&](int t, int nt) {
     bool bad = false;
     float mx = 0;
-    for (std::int64_t i = count * t / nt; i < count * (t + 1) / nt; ++i)
-      bad |= run_task(op, jobs[tasks[std::size_t(i)].job], tasks[std::size_t(i)], inv, lt,
-                      absmax ? &mx : nullptr);
+    for (std::int64_t i = count * t / nt; i < count * (t + 1) / nt; ++i) {
+      const Task& task = tasks[std::size_t(i)];
+      if (!run_task(op, jobs[task.job], task, inv, lt, absmax ? &mx : nullptr)) continue;
+      bad = true;
+      if (!flags) continue;
+      const std::uint8_t h = classify(jobs[task.job], task);
+      const std::lock_guard<std::mutex> lock(mu);  // tasks of one job may run on two threads
+      flags[task.job] |= h;
+    }
     if (bad) found.store(true, std::memory_order_relaxed);
     if (absmax && mx > 0) {
       const std::lock_guard<std::mutex> lock(mu);
@@ -127,10 +182,11 @@ bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax) {
 }  // namespace
 
 /// Runs the loops, raising the host tensor `absmax` (when given) through a local float.
-bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax) {
-  if (!absmax) return run(op, jobs, inv, nullptr);
+bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax,
+             std::uint8_t* flags) {
+  if (!absmax) return run(op, jobs, inv, nullptr, flags);
   float mx = absmax->data_ptr<float>()[0];
-  const bool bad = run(op, jobs, inv, &mx);
+  const bool bad = run(op, jobs, inv, &mx, flags);
   absmax->data_ptr<float>()[0] = mx;
   return bad;
 }

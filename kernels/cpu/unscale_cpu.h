@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "layout.h"
@@ -28,7 +29,10 @@ struct Job {
 };
 
 /// Runs every job (`move`: operand a into b); returns whether any element was inf or NaN. With
-/// `absmax`, a host Float tensor, raises it to the largest finite |element| read.
-bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax);
+/// `absmax`, a host Float tensor, raises it to the largest finite |element| read. With `flags`
+/// (one byte per job), ORs kHeldInf / kHeldNaN (unscale.h) into the byte of each job that held
+/// one: the chunks that found one are read again to tell which.
+bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax,
+             std::uint8_t* flags = nullptr);
 
 }  // namespace ampactor::kernels::cpu

@@ -25,12 +25,12 @@ namespace {
 }  // namespace
 
 void cuda_unscale(const char* op, at::TensorList, const at::Tensor*, float, at::Tensor&, bool,
-                  at::Tensor*) {
+                  at::Tensor*, at::Tensor*) {
   unavailable(op);
 }
 
 void cuda_move(const char* op, at::TensorList, at::TensorList, const at::Tensor*, float,
-               at::Tensor&, at::Tensor*) {
+               at::Tensor&, at::Tensor*, at::Tensor*) {
   unavailable(op);
 }
 

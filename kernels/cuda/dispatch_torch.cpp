@@ -48,6 +48,11 @@ void check_status(const char* op, int status) {
   throw std::runtime_error(what);
 }
 
+gpu::Attribution attribution(at::Tensor* nonfinite, const std::vector<std::uint32_t>& slots) {
+  return nonfinite ? gpu::Attribution{nonfinite->data_ptr<std::uint8_t>(), slots.data()}
+                   : gpu::Attribution{};
+}
+
 }  // namespace
 
 const char* cuda_unavailable_reason() {
@@ -55,14 +60,18 @@ const char* cuda_unavailable_reason() {
 }
 
 void cuda_unscale(const char* op, at::TensorList grads, const at::Tensor* inv_scale, float inv,
-                  at::Tensor& found_inf, bool check_only, at::Tensor* grad_absmax) {
+                  at::Tensor& found_inf, bool check_only, at::Tensor* grad_absmax,
+                  at::Tensor* nonfinite) {
   const c10::cuda::CUDAGuard guard(found_inf.device());
   void* stream = current_stream(found_inf);
   std::vector<gpu::Span> spans;
+  std::vector<std::uint32_t> slots;                           // span i is gradient slots[i]
   std::vector<std::pair<at::Tensor, at::Tensor>> write_back;  // (gradient, its temporary)
   std::vector<at::Tensor> temps;
-  for (const at::Tensor& g : grads) {
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    const at::Tensor& g = grads[i];
     if (g.numel() == 0) continue;
+    slots.push_back(std::uint32_t(i));
     at::Tensor run = g;
     if (!g.is_non_overlapping_and_dense()) {
       run = g.contiguous();
@@ -76,11 +85,12 @@ void cuda_unscale(const char* op, at::TensorList grads, const at::Tensor* inv_sc
   // A temporary holds the same values as its gradient, so its max is the gradient's.
   float* absmax = grad_absmax ? grad_absmax->data_ptr<float>() : nullptr;
   const int status =
-      check_only ? gpu::check_finite(spans.data(), spans.size(), found_inf.data_ptr<float>(),
-                                     stream, absmax)
-                 : gpu::unscale_and_check(spans.data(), spans.size(),
-                                          inv_scale ? inv_scale->data_ptr<float>() : nullptr, inv,
-                                          found_inf.data_ptr<float>(), stream, absmax);
+      check_only
+          ? gpu::check_finite(spans.data(), spans.size(), found_inf.data_ptr<float>(), stream,
+                              absmax, attribution(nonfinite, slots))
+          : gpu::unscale_and_check(
+                spans.data(), spans.size(), inv_scale ? inv_scale->data_ptr<float>() : nullptr, inv,
+                found_inf.data_ptr<float>(), stream, absmax, attribution(nonfinite, slots));
   check_status(op, status);
   for (auto& [grad, temp] : write_back)
     grad.copy_(temp);
@@ -88,16 +98,18 @@ void cuda_unscale(const char* op, at::TensorList grads, const at::Tensor* inv_sc
 
 void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master_grads,
                const at::Tensor* inv_scale, float inv, at::Tensor& found_inf,
-               at::Tensor* grad_absmax) {
+               at::Tensor* grad_absmax, at::Tensor* nonfinite) {
   const c10::cuda::CUDAGuard guard(found_inf.device());
   void* stream = current_stream(found_inf);
   std::vector<gpu::MoveSpan> spans;
+  std::vector<std::uint32_t> slots;
   std::vector<std::pair<at::Tensor, at::Tensor>> write_back;  // (master, its temporary)
   std::vector<at::Tensor> temps;
   for (std::size_t i = 0; i < model_grads.size(); ++i) {
     const at::Tensor& model = model_grads[i];
     const at::Tensor& master = master_grads[i];
     if (model.numel() == 0) continue;
+    slots.push_back(std::uint32_t(i));
     at::Tensor dst = master;
     if (!master.is_non_overlapping_and_dense()) {
       dst = at::empty(master.sizes(), master.options());
@@ -115,7 +127,8 @@ void cuda_move(const char* op, at::TensorList model_grads, at::TensorList master
   float* absmax = grad_absmax ? grad_absmax->data_ptr<float>() : nullptr;  // of the sources
   check_status(op, gpu::move_grads_and_unscale(spans.data(), spans.size(),
                                                inv_scale ? inv_scale->data_ptr<float>() : nullptr,
-                                               inv, found_inf.data_ptr<float>(), stream, absmax));
+                                               inv, found_inf.data_ptr<float>(), stream, absmax,
+                                               attribution(nonfinite, slots)));
   for (auto& [master, temp] : write_back)
     master.copy_(temp);
 }

@@ -33,6 +33,15 @@ struct MoveSpan {
   DType src_dtype;
 };
 
+/// Overflow attribution (optional in every launcher): `flags_dev` holds one byte per slot, and
+/// span i's slot is `slot_of[i]` (a host array, one per span, in [0, slots)); the launch ORs 1
+/// (an inf) and 2 (a NaN) into the slot of each span that held one. Only the blocks that found
+/// one read their chunk again to tell which. Slots of consecutive spans must not decrease.
+struct Attribution {
+  unsigned char* flags_dev = nullptr;
+  const std::uint32_t* slot_of = nullptr;
+};
+
 /// Status codes outside cudaError_t's range, for input refused before any launch.
 constexpr int kInvalidInput = 100000;
 
@@ -45,17 +54,17 @@ constexpr int kInvalidInput = 100000;
 /// values are rounded toward zero to float, so a finite one never reports inf.
 int unscale_and_check(const Span* spans, std::size_t count, const float* inv_scale_dev,
                       float inv_scale_value, float* found_inf_dev, void* stream,
-                      float* absmax_dev = nullptr);
+                      float* absmax_dev = nullptr, Attribution attribution = {});
 
 /// Sets *found_inf to 1.0f if any element is inf or NaN. Reads each span once, writes nothing.
 int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream,
-                 float* absmax_dev = nullptr);
+                 float* absmax_dev = nullptr, Attribution attribution = {});
 
 /// The fused grad move: dst = float(src) * inverse scale, checking src for inf/NaN; `absmax_dev`
 /// as above, of the sources.
 int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float* inv_scale_dev,
                            float inv_scale_value, float* found_inf_dev, void* stream,
-                           float* absmax_dev = nullptr);
+                           float* absmax_dev = nullptr, Attribution attribution = {});
 
 /// The dynamic scale update (apply_scale_rule, update_rule.h) as a one-thread kernel on device
 /// values: *found_inf != 0 is a found inf/NaN. The rule's parameters travel by value.

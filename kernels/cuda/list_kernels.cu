@@ -37,6 +37,8 @@ struct Batch {
                            // chunk_start[t] <= b < chunk_start[t + 1]
   void* ptr[P][N];         // [0]: the gradient or the move's source, [1]: the move's destination
   std::uint64_t numel_type[N];  // numel | dtype << kTypeShift
+  std::uint32_t slot_base;      // attribution: span t's flag is flags[slot_base + slot_off[t]]
+  std::uint16_t slot_off[N];
 };
 
 static_assert(sizeof(Batch<kLargeBatch, 2>) + 64 < 32764, "kernel arguments over the limit");
@@ -150,6 +152,38 @@ __device__ bool move_run(const typename T::Bits* src, float* dst, int n, typenam
 
 enum class Op { unscale, check, move };
 
+/// What this thread's share of a chunk holds: 1 an inf, 2 a NaN (the attribution's second read,
+/// in blocks that found one only).
+template <typename T>
+__device__ unsigned held_run(const typename T::Bits* p, int n) {
+  using B = typename T::Bits;
+  unsigned h = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const B b = p[i];
+    if (T::bad(b)) h |= B(b << 1) == B(T::kExp << 1) ? 1u : 2u;  // the sign shifted out
+  }
+  return h;
+}
+
+__device__ unsigned held_chunk(DType t, const void* p, std::int64_t begin, int n) {
+  switch (t) {
+    case DType::f32:
+      return held_run<F32>(static_cast<const F32::Bits*>(p) + begin, n);
+    case DType::f64:
+      return held_run<F64>(static_cast<const F64::Bits*>(p) + begin, n);
+    case DType::f16:
+      return held_run<F16>(static_cast<const F16::Bits*>(p) + begin, n);
+    default:
+      return held_run<BF16>(static_cast<const BF16::Bits*>(p) + begin, n);
+  }
+}
+
+/// ORs v into the byte at p (an atomic on its aligned 32-bit word; little-endian).
+__device__ void or_byte(unsigned char* p, unsigned v) {
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
+  atomicOr(reinterpret_cast<unsigned*>(a & ~std::uintptr_t(3)), v << (8 * (a & 3)));
+}
+
 template <typename T, Op kOp, bool kMax, int N, int P>
 __device__ bool run_chunk(const Batch<N, P>& b, int t, std::int64_t begin, int n, float inv,
                           float* mx) {
@@ -173,7 +207,7 @@ __device__ bool run_chunk(const Batch<N, P>& b, int t, std::int64_t begin, int n
 template <int N, int P, Op kOp, bool kMax>
 __global__ void __launch_bounds__(kThreads)
     list_kernel(const __grid_constant__ Batch<N, P> b, const float* inv_dev, float inv_value,
-                float* found_inf, float* absmax) {
+                float* found_inf, float* absmax, unsigned char* flags) {
   const int block = int(blockIdx.x);
   int lo = 0, hi = b.count;
   while (hi - lo > 1) {
@@ -216,7 +250,14 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
   }
   // Only ever set, never cleared: the caller pre-zeroes found_inf.
-  if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+  const bool block_bad = __syncthreads_or(bad) != 0;
+  if (block_bad && threadIdx.x == 0) *found_inf = 1.0f;
+  if (flags && block_bad) {  // uniform across the block: every thread takes the barriers below
+    const unsigned h = held_chunk(DType(nt >> kTypeShift), b.ptr[0][lo], begin, n);
+    const bool inf = __syncthreads_or(h & 1u) != 0, nan = __syncthreads_or(h & 2u) != 0;
+    if (threadIdx.x == 0)
+      or_byte(flags + b.slot_base + b.slot_off[lo], (inf ? 1u : 0u) | (nan ? 2u : 0u));
+  }
   if constexpr (kMax) {
     if (threadIdx.x == 0) {
       unsigned m = 0;
@@ -234,6 +275,7 @@ struct Item {
   void* ptr[2];
   std::int64_t numel;
   DType dtype;
+  std::uint32_t slot;  // attribution (0 without it)
 };
 
 bool valid_dtype(DType t) {
@@ -242,7 +284,7 @@ bool valid_dtype(DType t) {
 
 template <int N, int P, Op kOp, bool kMax>
 int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, float* found,
-               float* absmax, cudaStream_t stream) {
+               float* absmax, unsigned char* flags, cudaStream_t stream) {
   Batch<N, P> b;
   std::size_t i = 0;
   while (i < items.size()) {
@@ -252,6 +294,9 @@ int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, 
       const Item& it = items[i];
       const std::int64_t c = (it.numel + kChunk - 1) / kChunk;
       if (b.count > 0 && chunks + c > INT_MAX) break;  // the rest goes into the next launch
+      if (b.count == 0) b.slot_base = it.slot;
+      if (it.slot - b.slot_base > 0xffffu) break;  // past a batch's slot offsets: the next launch
+      b.slot_off[b.count] = std::uint16_t(it.slot - b.slot_base);
       b.chunk_start[b.count] = chunks;
       for (int p = 0; p < P; ++p)
         b.ptr[p][b.count] = it.ptr[p];
@@ -262,7 +307,7 @@ int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, 
     }
     b.chunk_start[b.count] = chunks;
     list_kernel<N, P, kOp, kMax>
-        <<<unsigned(chunks), kThreads, 0, stream>>>(b, inv_dev, inv, found, absmax);
+        <<<unsigned(chunks), kThreads, 0, stream>>>(b, inv_dev, inv, found, absmax, flags);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return int(e);
   }
   return 0;
@@ -270,27 +315,40 @@ int launch_all(const std::vector<Item>& items, const float* inv_dev, float inv, 
 
 template <int P, Op kOp>
 int launch(const std::vector<Item>& items, const float* inv_dev, float inv, float* found,
-           float* absmax, void* stream) {
+           float* absmax, unsigned char* flags, void* stream) {
   if (items.empty()) return 0;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool small = items.size() <= std::size_t(kSmallBatch);
   if (absmax)
-    return small ? launch_all<kSmallBatch, P, kOp, true>(items, inv_dev, inv, found, absmax, s)
-                 : launch_all<kLargeBatch, P, kOp, true>(items, inv_dev, inv, found, absmax, s);
-  return small ? launch_all<kSmallBatch, P, kOp, false>(items, inv_dev, inv, found, nullptr, s)
-               : launch_all<kLargeBatch, P, kOp, false>(items, inv_dev, inv, found, nullptr, s);
+    return small
+               ? launch_all<kSmallBatch, P, kOp, true>(items, inv_dev, inv, found, absmax, flags, s)
+               : launch_all<kLargeBatch, P, kOp, true>(items, inv_dev, inv, found, absmax, flags,
+                                                       s);
+  return small
+             ? launch_all<kSmallBatch, P, kOp, false>(items, inv_dev, inv, found, nullptr, flags, s)
+             : launch_all<kLargeBatch, P, kOp, false>(items, inv_dev, inv, found, nullptr, flags,
+                                                      s);
+}
+
+/// The attribution's slots: each span's own, checked to be non-decreasing.
+bool slots_ok(const Attribution& a, std::size_t count) {
+  if (!a.flags_dev) return true;
+  if (count > 0 && !a.slot_of) return false;
+  for (std::size_t i = 1; i < count; ++i)
+    if (a.slot_of[i] < a.slot_of[i - 1]) return false;
+  return true;
 }
 
 /// Checks every span before anything is queued; empty spans are dropped.
-bool collect(const Span* spans, std::size_t count, std::vector<Item>* items) {
-  if (count > 0 && !spans) return false;
+bool collect(const Span* spans, std::size_t count, const Attribution& a, std::vector<Item>* items) {
+  if ((count > 0 && !spans) || !slots_ok(a, count)) return false;
   items->reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
     const Span& s = spans[i];
     if (s.numel < 0 || s.numel >= kMaxNumel || !valid_dtype(s.dtype)) return false;
     if (s.numel == 0) continue;
     if (!s.data) return false;
-    items->push_back({{s.data, nullptr}, s.numel, s.dtype});
+    items->push_back({{s.data, nullptr}, s.numel, s.dtype, a.flags_dev ? a.slot_of[i] : 0});
   }
   return true;
 }
@@ -298,25 +356,27 @@ bool collect(const Span* spans, std::size_t count, std::vector<Item>* items) {
 }  // namespace
 
 int unscale_and_check(const Span* spans, std::size_t count, const float* inv_scale_dev,
-                      float inv_scale_value, float* found_inf_dev, void* stream,
-                      float* absmax_dev) {
+                      float inv_scale_value, float* found_inf_dev, void* stream, float* absmax_dev,
+                      Attribution attribution) {
   std::vector<Item> items;
-  if (!found_inf_dev || !collect(spans, count, &items)) return kInvalidInput;
+  if (!found_inf_dev || !collect(spans, count, attribution, &items)) return kInvalidInput;
   return launch<1, Op::unscale>(items, inv_scale_dev, inv_scale_value, found_inf_dev, absmax_dev,
-                                stream);
+                                attribution.flags_dev, stream);
 }
 
 int check_finite(const Span* spans, std::size_t count, float* found_inf_dev, void* stream,
-                 float* absmax_dev) {
+                 float* absmax_dev, Attribution attribution) {
   std::vector<Item> items;
-  if (!found_inf_dev || !collect(spans, count, &items)) return kInvalidInput;
-  return launch<1, Op::check>(items, nullptr, 1.0f, found_inf_dev, absmax_dev, stream);
+  if (!found_inf_dev || !collect(spans, count, attribution, &items)) return kInvalidInput;
+  return launch<1, Op::check>(items, nullptr, 1.0f, found_inf_dev, absmax_dev,
+                              attribution.flags_dev, stream);
 }
 
 int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float* inv_scale_dev,
                            float inv_scale_value, float* found_inf_dev, void* stream,
-                           float* absmax_dev) {
-  if (!found_inf_dev || (count > 0 && !spans)) return kInvalidInput;
+                           float* absmax_dev, Attribution attribution) {
+  if (!found_inf_dev || (count > 0 && !spans) || !slots_ok(attribution, count))
+    return kInvalidInput;
   std::vector<Item> items;
   items.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -324,10 +384,13 @@ int move_grads_and_unscale(const MoveSpan* spans, std::size_t count, const float
     if (s.numel < 0 || s.numel >= kMaxNumel || !valid_dtype(s.src_dtype)) return kInvalidInput;
     if (s.numel == 0) continue;
     if (!s.src || !s.dst) return kInvalidInput;
-    items.push_back({{const_cast<void*>(s.src), s.dst}, s.numel, s.src_dtype});
+    items.push_back({{const_cast<void*>(s.src), s.dst},
+                     s.numel,
+                     s.src_dtype,
+                     attribution.flags_dev ? attribution.slot_of[i] : 0});
   }
   return launch<2, Op::move>(items, inv_scale_dev, inv_scale_value, found_inf_dev, absmax_dev,
-                             stream);
+                             attribution.flags_dev, stream);
 }
 
 std::size_t max_spans_per_launch() {

@@ -5,6 +5,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <utility>
+
 namespace ampactor::kernels {
 
 /// Multiplies every gradient in place by `inv_scale` and sets `found_inf` to 1.0 if any element
@@ -52,6 +55,49 @@ void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_gr
 void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
                             const at::Tensor& inv_scale, at::Tensor& found_inf,
                             at::Tensor& grad_absmax);
+
+/// Overflow attribution: which gradients of a call held inf or NaN. One byte per gradient of the
+/// call (Byte (uint8) tensor of that many elements, contiguous, on the gradients' device, not
+/// found_inf nor grad_absmax): bit kHeldInf is set where the gradient held an inf, bit kHeldNaN
+/// where it held a NaN; only ever set, never cleared (pre-zero it). The flags come from the same
+/// pass as found_inf; only the gradients (on the GPU, the 8192-element blocks) that held one are
+/// read again to tell inf from NaN, so a clean call costs what it cost without them. An unscale
+/// whose inverse scale is above 1 (a scale below 1) reads that second time after the multiply,
+/// which can turn a large finite value into an inf: such a gradient may then show kHeldInf too.
+constexpr std::uint8_t kHeldInf = 1;
+constexpr std::uint8_t kHeldNaN = 2;
+
+/// What a call measures besides found_inf, each optional (named setters).
+class Measures {
+ public:
+  /// As the grad_absmax argument of the overloads above.
+  Measures& grad_absmax(at::Tensor t) {
+    grad_absmax_ = std::move(t);
+    return *this;
+  }
+  /// Overflow attribution (above).
+  Measures& nonfinite(at::Tensor t) {
+    nonfinite_ = std::move(t);
+    return *this;
+  }
+  const at::Tensor& grad_absmax() const { return grad_absmax_; }
+  const at::Tensor& nonfinite() const { return nonfinite_; }
+
+ private:
+  at::Tensor grad_absmax_, nonfinite_;
+};
+
+/// The measured forms: as above, also filling what `m` names. Errors as above; a `nonfinite`
+/// of the wrong dtype, size, layout or device is refused before any gradient is touched.
+void unscale_and_check(at::TensorList grads, float inv_scale, at::Tensor& found_inf,
+                       const Measures& m);
+void unscale_and_check(at::TensorList grads, const at::Tensor& inv_scale, at::Tensor& found_inf,
+                       const Measures& m);
+void check_finite(at::TensorList grads, at::Tensor& found_inf, const Measures& m);
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            float inv_scale, at::Tensor& found_inf, const Measures& m);
+void move_grads_and_unscale(at::TensorList model_grads, at::TensorList master_grads,
+                            const at::Tensor& inv_scale, at::Tensor& found_inf, const Measures& m);
 
 /// Name of the CPU loop variant picked for this machine ("avx512", "avx2" or "baseline";
 /// ATEN_CPU_CAPABILITY=avx2 or default caps it, as it caps LibTorch's kernels).
