@@ -74,8 +74,18 @@ void LocalGradScaler::update() {
   require_initialized("update");
   if (tracker_.recorded() == 0)
     throw ScalerError(errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
-  state_.update(tracker_.any_found_inf());
+  const bool found = tracker_.any_found_inf();
+  // Made before the update: a collapse guard that raises leaves it, and the state, for a look.
+  if (found) last_overflow_ = overflow_report(tracker_, get_scale(), names_, updates_);
+  state_.update(found);
+  ++updates_;
   tracker_.reset();
+}
+
+LocalGradScaler& LocalGradScaler::name_parameters(
+    const torch::OrderedDict<std::string, at::Tensor>& named) {
+  names_.add(named);
+  return *this;
 }
 
 void check_new_scale(double new_scale) {

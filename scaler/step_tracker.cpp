@@ -87,25 +87,33 @@ std::vector<at::Tensor> pick(const std::vector<at::Tensor>& ts, const std::vecto
 /// and writes the whole list (so a refusal still changes nothing). One dtype: nothing to do here,
 /// the single call measures. Returns whether it measured.
 bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                   std::vector<std::pair<double, at::Tensor>>& absmax) {
+                   std::vector<std::pair<double, at::Tensor>>& absmax, at::Tensor* flags) {
   const auto groups = by_dtype(grads);
   if (groups.size() <= 1) return false;
   for (const auto& [dtype, index] : groups) {
     at::Tensor a = zero_on(found.device());
-    kernels::check_finite(pick(grads, index), found, a);
+    auto m = kernels::Measures().grad_absmax(a);
+    at::Tensor part;  // this dtype's flags, then into the list's at their positions
+    if (flags) m.nonfinite(part = at::zeros({std::int64_t(index.size())}, flags->options()));
+    kernels::check_finite(pick(grads, index), found, m);
     absmax.emplace_back(dtype_max_of(dtype), a);
+    if (flags)
+      for (std::size_t j = 0; j < index.size(); ++j)
+        (*flags)[std::int64_t(index[j])].copy_(part[std::int64_t(j)]);
   }
   return true;
 }
 
 /// unscale_and_check of `grads` into `found`, measuring them (absmax per dtype).
 void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at::Tensor& found,
-                      std::vector<std::pair<double, at::Tensor>>& absmax) {
-  if (measure_mixed(grads, found, absmax)) {
+                      std::vector<std::pair<double, at::Tensor>>& absmax, at::Tensor* flags) {
+  if (measure_mixed(grads, found, absmax, flags)) {
     kernels::unscale_and_check(grads, inv_scale, found);
   } else {
     at::Tensor a = zero_on(found.device());
-    kernels::unscale_and_check(grads, inv_scale, found, a);
+    auto m = kernels::Measures().grad_absmax(a);
+    if (flags) m.nonfinite(*flags);
+    kernels::unscale_and_check(grads, inv_scale, found, m);
     if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
   }
 }
@@ -124,29 +132,48 @@ at::Tensor found_on_cpu(const OptimizerRecord& rec) {
 }  // namespace
 
 void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax) {
-  if (measure_mixed(grads, found, absmax)) return;
+                    std::vector<std::pair<double, at::Tensor>>& absmax, at::Tensor* flags) {
+  if (measure_mixed(grads, found, absmax, flags)) return;
   at::Tensor a = zero_on(found.device());
-  kernels::check_finite(grads, found, a);
+  auto m = kernels::Measures().grad_absmax(a);
+  if (flags) m.nonfinite(*flags);
+  kernels::check_finite(grads, found, m);
   if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
 }
 
+namespace {
+at::Tensor flags_for(std::size_t n, c10::Device device) {
+  return at::zeros({std::int64_t(n)}, at::TensorOptions().dtype(at::kByte).device(device));
+}
+}  // namespace
+
 Unscaled StepTracker::check_grads(torch::optim::Optimizer& opt) const {
   std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> per_device;
+  std::vector<std::vector<std::size_t>> params;  // per device: each grad's parameter index
+  std::size_t index = 0;
   for (auto& group : opt.param_groups())
     for (auto& p : group.params()) {
       const at::Tensor& g = p.grad();
-      if (!g.defined()) continue;
+      if (!g.defined()) {
+        ++index;
+        continue;
+      }
       auto it = std::find_if(per_device.begin(), per_device.end(),
                              [&](const auto& e) { return e.first == g.device(); });
-      if (it == per_device.end()) it = per_device.insert(per_device.end(), {g.device(), {}});
+      if (it == per_device.end()) {
+        it = per_device.insert(per_device.end(), {g.device(), {}});
+        params.emplace_back();
+      }
       it->second.push_back(g);
+      params[std::size_t(it - per_device.begin())].push_back(index++);
     }
   Unscaled out;
-  for (auto& [device, grads] : per_device) {
-    at::Tensor f = zero_on(device);
-    check_measured(grads, f, out.absmax);
+  for (std::size_t d = 0; d < per_device.size(); ++d) {
+    auto& [device, grads] = per_device[d];
+    at::Tensor f = zero_on(device), flags = flags_for(grads.size(), device);
+    check_measured(grads, f, out.absmax, &flags);
     out.found_inf_per_device.emplace_back(device, f);
+    out.nonfinite.push_back({flags, std::move(params[d])});
   }
   return out;
 }
@@ -174,6 +201,7 @@ bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<
   rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
   rec.check_only = true;
+  rec.at_scale = true;
   rec.grad_coef = 1;
   rec.grads = std::move(grads);
   rec.weights = std::move(weights);
@@ -189,10 +217,15 @@ bool StepTracker::wrote_weights(const torch::optim::Optimizer& opt) const {
 Unscaled StepTracker::unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const {
   // Collect and check everything before the first write, so a refusal changes nothing.
   std::vector<std::pair<c10::Device, std::vector<at::Tensor>>> per_device;
+  std::vector<std::vector<std::size_t>> params;  // per device: each grad's parameter index
+  std::size_t index = 0;
   for (auto& group : opt.param_groups()) {
     for (auto& p : group.params()) {
       at::Tensor& g = p.mutable_grad();
-      if (!g.defined()) continue;
+      if (!g.defined()) {
+        ++index;
+        continue;
+      }
       if (!allow_fp16_grads_ && g.scalar_type() == at::kHalf)
         throw ScalerError(errc::fp16_grads, texts::fp16_grads);
       at::Tensor to_unscale = g;
@@ -205,16 +238,20 @@ Unscaled StepTracker::unscale_grads(torch::optim::Optimizer& opt, float inv_scal
                              [&](const auto& e) { return e.first == to_unscale.device(); });
       if (it == per_device.end()) {
         per_device.emplace_back(to_unscale.device(), std::vector<at::Tensor>{});
+        params.emplace_back();
         it = per_device.end() - 1;
       }
       it->second.push_back(to_unscale);
+      params[std::size_t(it - per_device.begin())].push_back(index++);
     }
   }
   Unscaled out;
-  for (auto& [device, grads] : per_device) {
-    at::Tensor f = zero_on(device);
-    unscale_measured(grads, inv_scale, f, out.absmax);  // refusals: invalid_gradients
+  for (std::size_t d = 0; d < per_device.size(); ++d) {
+    auto& [device, grads] = per_device[d];
+    at::Tensor f = zero_on(device), flags = flags_for(grads.size(), device);
+    unscale_measured(grads, inv_scale, f, out.absmax, &flags);  // refusals: invalid_gradients
     out.found_inf_per_device.emplace_back(device, f);
+    out.nonfinite.push_back({flags, std::move(params[d])});
   }
   return out;
 }
@@ -226,6 +263,7 @@ bool StepTracker::unscale_(torch::optim::Optimizer& opt, float inv_scale) {
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = std::move(found.found_inf_per_device);
   rec.absmax = std::move(found.absmax);
+  rec.nonfinite = std::move(found.nonfinite);
   rec.stage = OptState::unscaled;
   agree(rec);
   return rec.any_found_inf();
@@ -241,7 +279,8 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   optim::FusedStep* fused = optim::fused_step_of(opt);
   // A fused optimizer's grads are still scaled after a check, unscaled after unscale_.
   const bool scaled = out.unscaled_here ? fused != nullptr : it->second.check_only;
-  Unscaled found = !out.unscaled_here ? Unscaled{it->second.found_inf_per_device, it->second.absmax}
+  Unscaled found = !out.unscaled_here ? Unscaled{it->second.found_inf_per_device, it->second.absmax,
+                                                 it->second.nonfinite}
                    : fused            ? check_grads(opt)
                                       : unscale_grads(opt, inv_scale);
   if (found.found_inf_per_device.empty())
@@ -249,7 +288,9 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = std::move(found.found_inf_per_device);
   rec.absmax = std::move(found.absmax);
+  rec.nonfinite = std::move(found.nonfinite);
   rec.stage = OptState::unscaled;
+  if (out.unscaled_here) rec.at_scale = fused != nullptr;
   if (out.unscaled_here) agree(rec);
   out.found_inf = rec.any_found_inf();
   out.skipped = out.found_inf;

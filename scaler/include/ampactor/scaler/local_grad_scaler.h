@@ -13,6 +13,7 @@
 #include <ampactor/core/scale_state.h>
 #include <ampactor/core/stage.h>
 #include <ampactor/core/state_dict.h>
+#include <ampactor/scaler/overflow.h>
 #include <ampactor/scaler/step_tracker.h>
 
 namespace torch::serialize {
@@ -88,6 +89,13 @@ class LocalGradScaler {
   /// this iteration found inf/NaN (nullopt before unscale_/step). No sync needed on the CPU.
   OptState stage(const torch::optim::Optimizer& optimizer) const;
   std::optional<bool> found_inf(const torch::optim::Optimizer& optimizer) const;
+  /// Names the parameters for last_overflow() (model->named_parameters(); several calls add
+  /// up). Unnamed ones are "param <index>", their index in their optimizer.
+  LocalGradScaler& name_parameters(const torch::OrderedDict<std::string, at::Tensor>& named);
+  /// Which gradients held inf or NaN in the last iteration whose update() found one (nullopt
+  /// before any): each by name, inf or NaN, with its neighbours' largest finite |gradient|.
+  /// Made in update() from the kernels' attribution, only when an overflow was found.
+  const std::optional<OverflowReport>& last_overflow() const { return last_overflow_; }
   /// The scale state itself (read-only), for comparisons and tracing.
   const ScaleState& scale_state() const { return state_; }
   const GradScalerOptions& options() const { return opts_; }
@@ -99,6 +107,9 @@ class LocalGradScaler {
   bool enabled_;
   ScaleState state_;
   StepTracker tracker_;
+  ParameterNames names_;
+  std::optional<OverflowReport> last_overflow_;
+  std::int64_t updates_ = 0;  // update() calls that counted found_inf
 };
 
 }  // namespace ampactor

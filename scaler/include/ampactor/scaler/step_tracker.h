@@ -37,8 +37,17 @@ double dtype_max_of(c10::ScalarType t);
 /// check_finite of `grads` (one device) into `found`, measuring them: one grad_absmax per dtype
 /// is appended to `absmax` as (that dtype's largest finite value, the max), a size being
 /// comparable with its own dtype's largest value only.
+/// `flags`: the overflow attribution of `grads` (kernels::Measures::nonfinite), or null.
 void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax);
+                    std::vector<std::pair<double, at::Tensor>>& absmax,
+                    at::Tensor* flags = nullptr);
+
+/// The overflow attribution of one device's check: flags[j] (kernels::kHeldInf, kHeldNaN) is
+/// that of the optimizer's parameter params[j] (its index in param-group order).
+struct Attributed {
+  at::Tensor flags;
+  std::vector<std::size_t> params;
+};
 
 /// The pipeline's grad move for a list of masters: model_grads[i] (any float dtype; undefined =
 /// none) into masters[i].grad() as fp32, unscaled by `inv_scale` and checked into `found` in one
@@ -55,6 +64,10 @@ struct OptimizerRecord {
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
   /// The kernels' grad_absmax per dtype and device: (that dtype's largest finite value, tensor).
   std::vector<std::pair<double, at::Tensor>> absmax;
+  /// Which gradients held inf or NaN, per device (empty where the path does not attribute).
+  std::vector<Attributed> nonfinite;
+  /// The optimizer's gradients are still at the scale (checked for a fused step, not unscaled).
+  bool at_scale = false;
   /// A fused optimizer's gradients were checked, not unscaled: its step unscales them. `grads`
   /// and `weights` are what it reads and writes (empty: the masters' own grads, no weights).
   bool check_only = false;
@@ -78,6 +91,7 @@ struct OptimizerRecord {
 struct Unscaled {
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
   std::vector<std::pair<double, at::Tensor>> absmax;
+  std::vector<Attributed> nonfinite;
 };
 
 /// What step() did with one optimizer.
@@ -157,6 +171,10 @@ class StepTracker {
   bool has_inf_checks(const torch::optim::Optimizer& opt) const;
   /// Optimizers whose inf checks are recorded, and whether any of them found inf/NaN.
   std::size_t recorded() const;
+  /// The records of this iteration (until reset()), for the overflow report.
+  const std::unordered_map<const torch::optim::Optimizer*, OptimizerRecord>& records() const {
+    return records_;
+  }
   bool any_found_inf() const;
   const std::shared_ptr<RankGroup>& ranks() const { return ranks_; }
   /// update(): every optimizer back to READY.
