@@ -2,6 +2,7 @@
 // 2-norm inside the step's job (AsyncOptimizerOptions::clip_grad_norm), and the warning when the
 // model's gradients were never cleared.
 #include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
 
@@ -58,6 +59,23 @@ void AsyncOptimizer::warn_uncleared_grads() {
     last_grads_[i] = c10::weak_intrusive_ptr<c10::TensorImpl>(g.getIntrusivePtr());
     last_versions_[i] = std::int64_t(g._version());
   }
+}
+
+AsyncOptimizer& AsyncOptimizer::name_parameters(
+    const torch::OrderedDict<std::string, at::Tensor>& named) {
+  torch::OrderedDict<std::string, at::Tensor> masters;
+  for (const auto& item : named) {
+    std::size_t i = 0;
+    while (i < model_.size() && !model_[i].is_same(item.value()))
+      ++i;
+    if (i == model_.size())
+      throw ScalerError(errc::bad_parameters, "AsyncOptimizer::name_parameters: '" + item.key() +
+                                                  "' is not one of the model's parameters the "
+                                                  "pipeline was built on; nothing was named");
+    masters.insert(item.key(), masters_[i]);
+  }
+  scaler().name_parameters(masters);
+  return *this;
 }
 
 }  // namespace ampactor

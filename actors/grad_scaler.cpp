@@ -230,6 +230,19 @@ iteration_t GradScaler::iteration() const {
   return impl_->main.k;
 }
 
+GradScaler& GradScaler::name_parameters(const torch::OrderedDict<std::string, at::Tensor>& named) {
+  impl_->setup.names->add(named);
+  return *this;
+}
+
+std::optional<OverflowReport> GradScaler::last_overflow() {
+  Impl& m = *impl_;
+  m.require_main("last_overflow");
+  m.flush_close();
+  m.drain();
+  return m.log.last_overflow();
+}
+
 std::optional<IterationResult> GradScaler::poll_result(iteration_t k) {
   Impl& m = *impl_;
   m.require_main("poll_result");

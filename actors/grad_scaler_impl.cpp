@@ -33,6 +33,9 @@ void release_thread_logger() {
 
 void ResultLog::store(IterationDone& d) {
   newest_ = std::max(newest_, d.k);
+  if (!d.overflow.empty() && (!last_overflow_ || last_overflow_->iteration < d.k))
+    last_overflow_ =
+        OverflowReport{d.k, d.steps.empty() ? 0.0 : double(d.steps[0].scale_used), d.overflow};
   if (d.failed) unreported_.push_back(d);
   results_[d.k] = std::move(d);
   while (results_.size() > GradScaler::result_history)
@@ -79,7 +82,7 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o,
   }
   sys = s;
   self = std::make_unique<caf::scoped_actor>(*sys);
-  const auto oa = OptimizerActorOptions().cancel_epoch(setup.cancel_epoch);
+  const auto oa = OptimizerActorOptions().cancel_epoch(setup.cancel_epoch).names(setup.names);
   setup.actors.keeper = spawn_scale_keeper(*sys, o, keeper);
   setup.actors.optimizer = spawn_optimizer_actor(*sys, setup.actors.keeper, o, oa);
   // IterationDone only: a StepResult arriving while the main thread waits for a job's reply

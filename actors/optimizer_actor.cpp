@@ -8,6 +8,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <string>
 #include <utility>
@@ -70,6 +71,7 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
                  tracker_.grad_size(opt));
+  if (found) found_overflow(opt);
   return found;
 }
 
@@ -84,6 +86,7 @@ bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
                  tracker_.grad_size(opt));
+  if (found) found_overflow(opt);
   return found;
 }
 
@@ -97,6 +100,7 @@ bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
   moved_.push_back(&opt);
   ++unscales_;
   report_unscale(optimizer_id_of(opt), f, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
+  if (f) found_overflow(opt);
   return f;
 }
 
@@ -109,6 +113,7 @@ bool JobContext::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<a
   moved_.push_back(&opt);
   ++unscales_;
   report_unscale(optimizer_id_of(opt), f, local_found, tracker_.grad_size(opt));
+  if (f) found_overflow(opt);
   return f;
 }
 
@@ -138,6 +143,7 @@ bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   ++unscales_;
   report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
                  tracker_.grad_size(opt));
+  if (found) found_overflow(opt);
   return found;
 }
 
@@ -156,6 +162,7 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
   StepOutcome out = tracker_.step(opt, inverse(scale_), [&](bool found) {
     ++unscales_;
     report_unscale(id, found, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
+    if (found) found_overflow(opt);
   });
   report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_});
   return out;
@@ -177,6 +184,7 @@ struct IterationState {
       : tracker(allow_fp16, std::move(ranks)) {}
   StepTracker tracker;
   std::vector<StepResult> steps;
+  std::vector<OverflowTensor> overflow;  // the gradients that held inf or NaN, named
   std::int32_t unscales = 0;
   bool failed = false;
   errc code = errc::step_failed;
@@ -192,6 +200,7 @@ struct optimizer_state {
   scale_keeper_actor keeper;
   GradScalerOptions opts;
   std::shared_ptr<const std::atomic<std::uint64_t>> cancel_epoch;
+  std::shared_ptr<ParameterNames> names;
   std::map<iteration_t, IterationState> open;
   struct Subscriber {
     trainer_actor who;
@@ -225,6 +234,19 @@ class Job final : public JobContext {
     ++it_.unscales;
     self_->send(self_->state.keeper, UnscaleDone{iteration(), opt, found_inf, scale(), size.max,
                                                  size.dtype_max, local_found_inf});
+  }
+  void found_overflow(const torch::optim::Optimizer& opt) override {
+    if (!enabled()) return;
+    try {
+      static const ParameterNames unnamed;
+      const auto& names = self_->state.names;
+      for (OverflowTensor& t : overflow_of(it_.tracker, opt, scale(), names ? *names : unnamed))
+        it_.overflow.push_back(std::move(t));
+    } catch (const std::exception& e) {
+      // The step's outcome stands; only the attribution is lost, and said so.
+      std::cerr << "ampactor: iteration " << iteration()
+                << ": which gradients overflowed is unknown: " << e.what() << "\n";
+    }
   }
   void report_step(const StepResult& r) override {
     it_.steps.push_back(r);
@@ -321,7 +343,9 @@ void close_iteration(optimizer_ptr self, const CloseIteration& c) {
     record_failure(it, errc::no_inf_checks_before_update, texts::no_inf_checks_before_update);
   const bool abandoned = it.failed || it.cancelled > 0;
   if (c.report_unscales) self->send(st.keeper, IterationClosed{c.k, it.unscales, abandoned});
-  IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled};
+  IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled, {}};
+  sort_overflow(it.overflow);  // several optimizers: by parameter index, then name
+  d.overflow = std::move(it.overflow);
   for (auto& s : st.subscribers)
     caf::anon_send(s.who, d);
 }
@@ -334,10 +358,12 @@ void drop_subscriber(optimizer_ptr self, const trainer_actor& who) {
 
 optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor keeper,
                                          GradScalerOptions opts,
-                                         std::shared_ptr<const std::atomic<std::uint64_t>> epoch) {
+                                         std::shared_ptr<const std::atomic<std::uint64_t>> epoch,
+                                         std::shared_ptr<ParameterNames> names) {
   self->state.keeper = std::move(keeper);
   self->state.opts = opts;
   self->state.cancel_epoch = std::move(epoch);
+  self->state.names = std::move(names);
   return {
       [=](StepJob& job) -> caf::result<JobDone> { return run_job(self, job); },
       [=](CloseIteration c) { close_iteration(self, c); },
@@ -356,8 +382,9 @@ optimizer_actor spawn_optimizer_actor(caf::actor_system& sys, scale_keeper_actor
                                       OptimizerActorOptions options) {
   if (options.detached())
     return sys.spawn<caf::detached>(optimizer, std::move(keeper), opts,
-                                    std::move(options.cancel_epoch()));
-  return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch()));
+                                    std::move(options.cancel_epoch()), options.names());
+  return sys.spawn(optimizer, std::move(keeper), opts, std::move(options.cancel_epoch()),
+                   options.names());
 }
 
 void subscribe(const ScalerActors& actors, const trainer_actor& who) {

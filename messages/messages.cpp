@@ -54,6 +54,8 @@ void register_messages(caf::actor_system_config& cfg) {
   cfg.add_message_type<CloseIteration>("ampactor::CloseIteration");
   cfg.add_message_type<JobDone>("ampactor::JobDone");
   cfg.add_message_type<std::vector<StepResult>>("std::vector<ampactor::StepResult>");
+  cfg.add_message_type<OverflowTensor>("ampactor::OverflowTensor");
+  cfg.add_message_type<std::vector<OverflowTensor>>("std::vector<ampactor::OverflowTensor>");
   cfg.add_message_type<IterationDone>("ampactor::IterationDone");
   cfg.add_error_category(
       error_category, [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {

@@ -28,6 +28,8 @@ struct ScalerSetup {
   /// Bumped by cancel(): jobs queued before it are dropped unrun.
   std::shared_ptr<std::atomic<std::uint64_t>> cancel_epoch =
       std::make_shared<std::atomic<std::uint64_t>>(0);
+  /// name_parameters(): read by the optimizer actor for its overflow reports.
+  std::shared_ptr<ParameterNames> names = std::make_shared<ParameterNames>();
 };
 
 /// Closed iterations' results and the failures no call has reported yet. Main thread only.
@@ -39,8 +41,11 @@ class ResultLog {
   /// The oldest failure not yet reported, taken out of the log.
   std::optional<IterationDone> take_unreported();
   const std::deque<IterationDone>& unreported() const { return unreported_; }
+  /// The newest stored iteration whose unscale found inf or NaN and named the gradients.
+  const std::optional<OverflowReport>& last_overflow() const { return last_overflow_; }
 
  private:
+  std::optional<OverflowReport> last_overflow_;
   std::map<iteration_t, IterationDone> results_;
   iteration_t newest_ = -1;
   std::deque<IterationDone> unreported_;

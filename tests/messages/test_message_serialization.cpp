@@ -86,9 +86,18 @@ auto fields(const std::vector<StepResult>& v) {
     out.push_back(fields(s));
   return out;
 }
+auto fields(const OverflowTensor& x) {
+  return std::tie(x.name, x.index, x.inf, x.nan, x.neighbours_max);
+}
+auto fields(const std::vector<OverflowTensor>& v) {
+  std::vector<decltype(fields(v[0]))> out;
+  for (const auto& s : v)
+    out.push_back(fields(s));
+  return out;
+}
 auto fields(const IterationDone& x) {
   return std::make_tuple(x.k, fields(x.steps), x.failed, x.error_code, x.error_text,
-                         x.cancelled_jobs);
+                         x.cancelled_jobs, fields(x.overflow));
 }
 
 struct Rig {
@@ -148,7 +157,15 @@ TEST_CASE("every registered message type round-trips through CAF's serializer, f
   check(CloseIteration{18, true, false});
   check(JobDone{19, 4});
   check(two_steps());
-  IterationDone done{20, two_steps(), true, errc::protocol_misuse, "a job's error text", 3};
+  const OverflowTensor held{"layers.3.weight", 0x1234567890ULL, true, true, 2.5e-7};
+  check(held);
+  IterationDone done{20,
+                     two_steps(),
+                     true,
+                     errc::protocol_misuse,
+                     "a job's error text",
+                     3,
+                     {held, OverflowTensor{"param 2", 2, false, true, 0.125}}};
   check(done);
   // One check per type register_messages registers: the "ampactor::" names (CAF adds its own
   // stream<T> and std::vector<T> for each) and std::vector<ampactor::StepResult>.

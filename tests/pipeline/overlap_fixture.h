@@ -13,6 +13,8 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tanh.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -149,6 +151,18 @@ inline Trained train(const Setup& s, bool overlap, const std::string& trace = ""
   }
   t.extra_bytes = pipe.overlap_bytes();
   return t;
+}
+
+/// s with clip_grad_norm's max_norm at the median of the norms a run that never clips measures:
+/// steps on both sides of it.
+inline Setup clip_at_median(Setup s) {
+  s.clip = 1e30;
+  std::vector<double> norms;
+  for (double n : train(s, false).norms)
+    if (!std::isnan(n)) norms.push_back(n);
+  std::sort(norms.begin(), norms.end());
+  s.clip = norms[norms.size() / 2];
+  return s;
 }
 
 inline void same_training(const Setup& s) {

@@ -24,17 +24,12 @@
 
 #include "scale_options.h"
 #include "tensor_helpers.h"
+#include "torch_cuda_skip.h"
 
 using namespace ampactor;
 using ampactor::test::opts;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    if (!torch::cuda::is_available())                                       \
-      AMPACTOR_SKIP_NO_GPU("no CUDA device, or this LibTorch has no CUDA"); \
-  } while (0)
 
 const at::Device gpu("cuda");
 

@@ -189,13 +189,7 @@ TEST_CASE(
     "steps") {
   for (const test::OptConfig& c : {test::configs()[0], test::configs()[7]})
     for (int micro : {1, 3}) {
-      Setup s = setup(c, at::kHalf, micro);
-      s.clip = 1e30;  // measures, never clips: max_norm becomes the median of these norms
-      std::vector<double> norms;
-      for (double n : train(s, false).norms)
-        if (!std::isnan(n)) norms.push_back(n);
-      std::sort(norms.begin(), norms.end());
-      s.clip = norms[norms.size() / 2];
+      const Setup s = clip_at_median(setup(c, at::kHalf, micro));
       same_training(s);
       const Trained ref = train(s, false), ov = train(s, true);
       int clipped = 0, unclipped = 0;

@@ -10,17 +10,12 @@
 #include <vector>
 
 #include "overlap_fixture.h"
+#include "torch_cuda_skip.h"
 
 using namespace ampactor;
 using namespace ampactor::test::overlap;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    if (!torch::cuda::is_available())                                       \
-      AMPACTOR_SKIP_NO_GPU("no CUDA device, or this LibTorch has no CUDA"); \
-  } while (0)
 
 Setup on_gpu(Setup s) {
   s.gpu = true;
@@ -47,13 +42,7 @@ TEST_CASE("offload, overlap_backward: bit for bit with 3 micro-batches, explicit
 
 TEST_CASE("offload, overlap_backward: clipped as the offload run clips, bit for bit") {
   SKIP_WITHOUT_GPU();
-  Setup s = on_gpu(setup(test::configs()[0], at::kHalf));
-  s.clip = 1e30;  // measures, never clips: max_norm becomes the median of these norms
-  std::vector<double> norms;
-  for (double n : train(s, false).norms)
-    if (!std::isnan(n)) norms.push_back(n);
-  std::sort(norms.begin(), norms.end());
-  s.clip = norms[norms.size() / 2];
+  const Setup s = clip_at_median(on_gpu(setup(test::configs()[0], at::kHalf)));
   same_training(s);
   const Trained ref = train(s, false), ov = train(s, true);
   for (std::size_t k = 0; k < ref.norms.size(); ++k)

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/ordered_dict.h>
 
 #include <ampactor/core/arg.h>
 
@@ -184,6 +185,12 @@ class AsyncOptimizer {
   /// Bytes of the second buffers held now (the speculated masters and state, the spare
   /// weights); 0 without overlap_backward.
   std::int64_t overlap_bytes() const;
+
+  /// Names the parameters in the scaler's overflow reports (GradScaler::last_overflow(),
+  /// wait_result(k).overflow): model->named_parameters() of the model this pipeline was built
+  /// on; each name goes to its parameter's master, which the optimizer holds. A name whose
+  /// tensor is none of the model's parameters is refused (bad_parameters), nothing named.
+  AsyncOptimizer& name_parameters(const torch::OrderedDict<std::string, at::Tensor>& named);
 
   /// Waits for the steps in flight (a job's error is thrown here, as by the scaler's sync()),
   /// then writes the masters, the spare weights (swap_weights) and whether the model's weights

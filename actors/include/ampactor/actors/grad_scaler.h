@@ -13,6 +13,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/ordered_dict.h>
 
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,7 @@
 
 #include <ampactor/core/errors.h>
 #include <ampactor/core/options.h>
+#include <ampactor/core/overflow.h>
 #include <ampactor/core/stage.h>
 #include <ampactor/core/state_dict.h>
 #include <ampactor/keeper/keeper_core.h>
@@ -174,6 +176,13 @@ class GradScaler {
   /// (or without a tap). With KeeperOptions::raise_tap_failure the next unscale_, step, update
   /// or sync after the failure also throws it, once.
   std::string tap_failure() const;
+  /// Names the parameters in the overflow reports (model->named_parameters(); several calls add
+  /// up; any thread). Unnamed ones are "param <index>", their index in their optimizer.
+  GradScaler& name_parameters(const torch::OrderedDict<std::string, at::Tensor>& named);
+  /// The newest closed iteration whose unscale found inf or NaN, as the optimizer has reported
+  /// it so far (no wait): which gradients held them, by name (also wait_result(k).overflow).
+  /// nullopt before any. Main thread only.
+  std::optional<OverflowReport> last_overflow();
   /// The actors behind the scaler, for a trainer of one's own or a monitor
   /// (subscribe(actors(), who) in <ampactor/actors/optimizer_actor.h>).
   const ScalerActors& actors() const;

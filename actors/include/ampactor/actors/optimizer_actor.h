@@ -19,6 +19,7 @@
 #include <ampactor/core/arg.h>
 #include <ampactor/core/options.h>
 #include <ampactor/messages/messages.h>
+#include <ampactor/scaler/overflow.h>
 #include <ampactor/scaler/step_tracker.h>
 
 namespace ampactor {
@@ -103,6 +104,9 @@ class JobContext {
   virtual void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf,
                               const GradSize& size) = 0;
   virtual void report_step(const StepResult& r) = 0;
+  /// An unscale or check of `opt` found inf or NaN (after report_unscale), while its gradients
+  /// are as checked: where the overflow report is made. No-op by default.
+  virtual void found_overflow(const torch::optim::Optimizer& opt) { (void)opt; }
 
  private:
   void refuse_late_unscale(const torch::optim::Optimizer& opt) const;
@@ -127,6 +131,9 @@ class OptimizerActorOptions {
   AMPACTOR_ARG_ANY(bool, detached, true);
   /// Jobs whose epoch is below this value are dropped unrun (cancel()). Optional (nullptr: none).
   AMPACTOR_ARG_ANY(Epoch, cancel_epoch, nullptr);
+  /// The parameters' names in IterationDone's overflow report, read on the optimizer's thread
+  /// (change them there: a job). nullptr: each is "param <index>".
+  AMPACTOR_ARG_ANY(std::shared_ptr<ParameterNames>, names, nullptr);
 };
 
 /// Spawns an optimizer actor reporting to `keeper`. opts.enabled() and opts.allow_fp16_grads()

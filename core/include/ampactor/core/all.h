@@ -5,6 +5,7 @@
 #include <ampactor/core/arg.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/core/options.h>
+#include <ampactor/core/overflow.h>
 #include <ampactor/core/peer_state_dict.h>
 #include <ampactor/core/rules.h>
 #include <ampactor/core/scale_state.h>

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <ampactor/core/errors.h>
+#include <ampactor/core/overflow.h>
 #include <ampactor/core/state_dict.h>
 
 namespace ampactor {
@@ -158,6 +159,9 @@ struct IterationDone {
   errc error_code = errc::step_failed;
   std::string error_text;
   std::int32_t cancelled_jobs = 0;
+  /// The gradients that held inf or NaN, named (GradScaler::name_parameters), where an unscale
+  /// found one and its path attributes (empty otherwise).
+  std::vector<OverflowTensor> overflow;
   /// Some optimizer skipped its step.
   bool skipped() const {
     for (const auto& s : steps)

@@ -111,9 +111,13 @@ typename Inspector::result_type inspect(Inspector& f, JobDone& x) {
   return f(caf::meta::type_name("JobDone"), x.k, x.unscales);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, OverflowTensor& x) {
+  return f(caf::meta::type_name("OverflowTensor"), x.name, x.index, x.inf, x.nan, x.neighbours_max);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, IterationDone& x) {
   return f(caf::meta::type_name("IterationDone"), x.k, x.steps, x.failed, x.error_code,
-           x.error_text, x.cancelled_jobs);
+           x.error_text, x.cancelled_jobs, x.overflow);
 }
 // StepJob carries a closure: it travels in-process only (see the end of this file).
 

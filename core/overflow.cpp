@@ -1,0 +1,24 @@
+#include <ampactor/core/overflow.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace ampactor {
+
+std::string OverflowReport::str() const {
+  std::ostringstream o;
+  o << "iteration " << iteration << ", scale " << scale << ":";
+  if (tensors.empty()) o << " no gradient named (this path does not attribute)";
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const OverflowTensor& t = tensors[i];
+    o << (i ? "; " : " ") << t.name << " held "
+      << (t.inf && t.nan ? "inf and NaN"
+          : t.inf        ? "inf"
+                         : "NaN");
+    if (!std::isnan(t.neighbours_max))
+      o << " (its neighbours' largest finite |grad| " << t.neighbours_max << ")";
+  }
+  return o.str();
+}
+
+}  // namespace ampactor
