@@ -154,6 +154,14 @@ at::Tensor CharMlp::loss_fp32(const std::vector<at::Tensor>& weights, const at::
   return forward(weights, inputs, targets, false, false);
 }
 
+torch::OrderedDict<std::string, at::Tensor> CharMlp::named_parameters() const {
+  static const char* names[] = {"embed", "hidden.weight", "hidden.bias", "out.weight", "out.bias"};
+  torch::OrderedDict<std::string, at::Tensor> out;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    out.insert(names[i], params_[i]);
+  return out;
+}
+
 void CharMlp::zero_grad() {
   for (auto& p : params_)
     p.mutable_grad() = at::Tensor();

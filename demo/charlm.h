@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/ordered_dict.h>
 
 #include <cstdint>
 #include <random>
@@ -48,6 +49,9 @@ class CharMlp {
   CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t seed,
           at::Device device = at::kCPU);
   std::vector<at::Tensor>& parameters() { return params_; }
+  /// The parameters by name, as a torch::nn::Module's named_parameters() (for the scaler's
+  /// overflow reports): embed, hidden.weight, hidden.bias, out.weight, out.bias.
+  torch::OrderedDict<std::string, at::Tensor> named_parameters() const;
   at::ScalarType dtype() const { return dtype_; }
   /// Mean cross-entropy of the next character (computed in fp32, as autocast does).
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const;

@@ -71,6 +71,9 @@ struct Summary {
   double underflow = -1;      // share of fp32-non-zero weight-gradient elements that fp16 zeroed
   double act_underflow = -1;  // the same at the fp16 activation boundaries of backward
   double wall_s = 0;
+  /// The layers whose gradients held inf or NaN, with the iterations each did: "out.weight 12,
+  /// hidden.weight 3" (the scaler's overflow reports; "" for none or fp32); and in the burst.
+  std::string overflowed, burst_overflowed;
 };
 
 /// One run of `mode`. Writes out/<mode>.csv (per iteration) and out/<mode>.probe.csv (eval loss

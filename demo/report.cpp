@@ -118,12 +118,19 @@ void bars(std::ostream& f, const std::string& dir, const std::string& title, int
     << "set offsets 0, 0, 0, 0\n";
 }
 
+/// A list as one CSV field: "; " between its items, no comma to split on.
+std::string csv_field(std::string s) {
+  for (std::size_t i = s.find(", "); i != std::string::npos; i = s.find(", ", i))
+    s.replace(i, 2, "; ");
+  return s;
+}
+
 }  // namespace
 
 void report(const Settings& s, const std::vector<Summary>& runs) {
   std::ofstream sum(s.out + "/summary.csv");
   sum << "mode,train_loss,eval_loss,skipped,backoffs,final_scale,weight_grad_underflow,"
-         "activation_grad_underflow,wall_s,it_per_s\n";
+         "activation_grad_underflow,wall_s,it_per_s,overflowed\n";
   std::cout << "\n"
             << std::left << std::setw(26) << "mode" << std::right << std::setw(11) << "train loss"
             << std::setw(10) << "eval loss" << std::setw(9) << "skipped" << std::setw(10)
@@ -141,8 +148,14 @@ void report(const Settings& s, const std::vector<Summary>& runs) {
               << ips << "\n";
     sum << r.mode << ',' << r.train_loss << ',' << r.eval_loss << ',' << r.skipped << ','
         << r.backoffs << ',' << r.final_scale << ',' << r.underflow << ',' << r.act_underflow << ','
-        << r.wall_s << ',' << ips << '\n';
+        << r.wall_s << ',' << ips << ',' << csv_field(r.overflowed) << '\n';
   }
+  std::cout << "\nlayers whose gradients overflowed (iterations), as the scaler named them:\n";
+  for (const auto& r : runs)
+    if (!r.overflowed.empty())
+      std::cout << "  " << std::left << std::setw(26) << r.mode << r.overflowed
+                << (r.burst_overflowed.empty() ? "" : "; in the burst: " + r.burst_overflowed)
+                << "\n";
   std::cout << std::defaultfloat
             << "\nw-grad uf: share of weight-gradient elements that are non-zero in fp32 math "
                "but zero in the fp16 model's gradients\n"
@@ -202,7 +215,11 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     << "set key default\nset key bottom right font ',8'\nset offsets 0, 0, graph 0.08, 0\n";
   for (const auto& m : scaled_runs) {
     const std::string csv = dir + m + ".csv";
-    f << "set title 'Scale: " << m << " (skipped steps marked)'\n"
+    std::string layers;  // the layers that overflowed, as the scaler named them
+    for (const Summary& r : runs)
+      if (r.mode == m && !r.burst_overflowed.empty())
+        layers = "\\nthe burst overflowed: " + r.burst_overflowed;
+    f << "set title \"Scale: " << m << " (skipped steps marked)" << layers << "\" noenhanced\n"
       << "plot '" << csv << "' using 1:3 every ::1 with steps lw 2 title 'scale', '" << csv
       << "' using 1:($4 > 0 ? $3 : 1/0) every ::1 with points pt 7 ps 1.2 lc rgb 'red' "
          "title 'skipped'\n";

@@ -163,6 +163,7 @@ struct Trainer {
                                                           .defer_grad_move(m.async)
                                                           .overlap_backward(m.overlap)
                                                           .bucket_bytes(64 << 10));
+    pipe->name_parameters(model.named_parameters());  // the overflow reports name the layers
     if ((m.async && s.optimizer == "fused") || m.overlap)
       opt = &pipe->make_optimizer<ampactor::optim::FusedAdam>(
           torch::optim::AdamOptions(s.lr), ampactor::optim::FusedOptions().threads(1));
@@ -224,6 +225,25 @@ struct Trainer {
   int underflow_probes = 0;
 };
 
+/// How many iterations each layer's gradients overflowed in, in the order they first did.
+struct LayerCounts {
+  std::vector<std::pair<std::string, int>> layers;
+  void add(const std::vector<ampactor::OverflowTensor>& overflow) {
+    for (const ampactor::OverflowTensor& o : overflow) {
+      auto it = std::find_if(layers.begin(), layers.end(),
+                             [&](const auto& l) { return l.first == o.name; });
+      if (it == layers.end()) it = layers.insert(layers.end(), {o.name, 0});
+      ++it->second;
+    }
+  }
+  std::string str() const {
+    std::string out;
+    for (const auto& [name, n] : layers)
+      out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
+    return out;
+  }
+};
+
 /// The run's figures from its rows, once every step has run.
 Summary summarize(Trainer& t, std::vector<Row>& rows, const Corpus& corpus, const ModelShape& shape,
                   const Settings& s, Clock::time_point t0) {
@@ -232,8 +252,15 @@ Summary summarize(Trainer& t, std::vector<Row>& rows, const Corpus& corpus, cons
   if (t.pipe) {
     t.pipe->sync();
     t.scaler->sync();
-    for (int k = 0; k < s.steps; ++k)
-      rows[std::size_t(k)].skipped = t.scaler->wait_result(k).skipped();
+    LayerCounts all, burst;
+    for (int k = 0; k < s.steps; ++k) {
+      const ampactor::IterationResult r = t.scaler->wait_result(k);
+      rows[std::size_t(k)].skipped = r.skipped();
+      all.add(r.overflow);
+      if (s.in_spike(k)) burst.add(r.overflow);
+    }
+    sum.overflowed = all.str();
+    sum.burst_overflowed = burst.str();
     sum.final_scale = t.scaler->get_scale();
   }
   sum.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
