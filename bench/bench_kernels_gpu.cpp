@@ -1,6 +1,8 @@
 // GPU figures: the fused unscale + check, check-only and the fp16 -> fp32 grad move on device
 // memory, timed with CUDA events on one stream, beside a device-to-device copy of the same bytes
-// and (with a CUDA LibTorch) at::_amp_foreach_non_finite_check_and_unscale_ on the same tensors.
+// and (with a CUDA LibTorch) at::_amp_foreach_non_finite_check_and_unscale_ on the same tensors;
+// and the unscale with the overflow attribution (a flag per tensor, zeroed in each call) against
+// the same without it, timed before and after it (goal: <= 2% slower).
 #include "bench_gpu.h"
 
 #include <algorithm>
@@ -189,6 +191,28 @@ void run_list(const std::string& tag, const std::vector<std::int64_t>& numels, i
                                              flags.inv + (flip++ & 1), 0.0f, flags.found, nullptr));
       },
       reps, inner);
+  // The attribution: one flag byte per tensor, zeroed in each call as a scaler would.
+  unsigned char* attr_flags = nullptr;
+  ok("cudaMalloc", int(cudaMalloc(reinterpret_cast<void**>(&attr_flags), numels.size())));
+  std::vector<std::uint32_t> slots(numels.size());
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    slots[i] = std::uint32_t(i);
+  const double t_attr = median_seconds(
+      [&] {
+        ok("memset", int(cudaMemsetAsync(attr_flags, 0, numels.size(), nullptr)));
+        ok("unscale+attribution",
+           gpu::unscale_and_check(grads.spans.data(), grads.spans.size(), flags.inv + (flip++ & 1),
+                                  0.0f, flags.found, nullptr, nullptr, {attr_flags, slots.data()}));
+      },
+      reps, inner);
+  const double t_ours_again = median_seconds(
+      [&] {
+        ok("unscale", gpu::unscale_and_check(grads.spans.data(), grads.spans.size(),
+                                             flags.inv + (flip++ & 1), 0.0f, flags.found, nullptr));
+      },
+      reps, inner);
+  cudaFree(attr_flags);
+  const double t_plain = (t_ours + t_ours_again) / 2;  // before and after: the drift between
   const double t_check = median_seconds(
       [&] {
         ok("check",
@@ -208,6 +232,10 @@ void run_list(const std::string& tag, const std::vector<std::int64_t>& numels, i
       "(bytes of the list per second; the copy reads and writes them, like the unscale)");
   row("ours: fused unscale + check", gb / t_ours,
       ratio_text(t_copy / t_ours, 0.9) + " of copy, " + std::to_string(launches) + " launch(es)");
+  row("ours: unscale + check + attribution", gb / t_attr,
+      ratio_text(t_plain / t_attr, 0.98) + " of without (" +
+          std::to_string(int(t_ours * 1e6 + 0.5)) + " and " +
+          std::to_string(int(t_ours_again * 1e6 + 0.5)) + " us without, before and after)");
   row("ours: check-only", gb / t_check);
   row("ours: grad move fp16 -> fp32", elems * 2 / 1e9 / t_move, "(GB of fp16 read per second)");
   std::cout << "  per call: ours " << std::setprecision(1) << t_ours * 1e6 << " us, copy "
@@ -219,6 +247,9 @@ void run_list(const std::string& tag, const std::vector<std::int64_t>& numels, i
   out[tag + "/ratio_ours_vs_copy"] = t_copy / t_ours;
   out[tag + "/ours_unscale_us"] = t_ours * 1e6;
   out[tag + "/launches"] = launches;
+  out[tag + "/ours_unscale_attr_GBps"] = gb / t_attr;
+  out[tag + "/ours_unscale_again_us"] = t_ours_again * 1e6;
+  out[tag + "/ratio_attr_vs_plain"] = t_plain / t_attr;
 #ifdef AMPACTOR_TORCH_CUDA
   std::vector<at::Tensor> tensors = as_tensors(grads, at::kFloat);
   auto opts = at::TensorOptions().device(at::kCUDA);
