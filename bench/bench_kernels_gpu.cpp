@@ -185,12 +185,11 @@ void run_list(const std::string& tag, const std::vector<std::int64_t>& numels, i
                                        cudaMemcpyDeviceToDevice, nullptr)));
       },
       reps, inner);
-  const double t_ours = median_seconds(
-      [&] {
-        ok("unscale", gpu::unscale_and_check(grads.spans.data(), grads.spans.size(),
-                                             flags.inv + (flip++ & 1), 0.0f, flags.found, nullptr));
-      },
-      reps, inner);
+  const auto unscale = [&] {
+    ok("unscale", gpu::unscale_and_check(grads.spans.data(), grads.spans.size(),
+                                         flags.inv + (flip++ & 1), 0.0f, flags.found, nullptr));
+  };
+  const double t_ours = median_seconds(unscale, reps, inner);
   // The attribution: one flag byte per tensor, zeroed in each call as a scaler would.
   unsigned char* attr_flags = nullptr;
   ok("cudaMalloc", int(cudaMalloc(reinterpret_cast<void**>(&attr_flags), numels.size())));
@@ -205,12 +204,7 @@ void run_list(const std::string& tag, const std::vector<std::int64_t>& numels, i
                                   0.0f, flags.found, nullptr, nullptr, {attr_flags, slots.data()}));
       },
       reps, inner);
-  const double t_ours_again = median_seconds(
-      [&] {
-        ok("unscale", gpu::unscale_and_check(grads.spans.data(), grads.spans.size(),
-                                             flags.inv + (flip++ & 1), 0.0f, flags.found, nullptr));
-      },
-      reps, inner);
+  const double t_ours_again = median_seconds(unscale, reps, inner);
   cudaFree(attr_flags);
   const double t_plain = (t_ours + t_ours_again) / 2;  // before and after: the drift between
   const double t_check = median_seconds(

@@ -86,34 +86,47 @@ std::vector<at::Tensor> pick(const std::vector<at::Tensor>& ts, const std::vecto
 /// Measures a list that mixes dtypes: a read-only pass per dtype, before the one call that checks
 /// and writes the whole list (so a refusal still changes nothing). One dtype: nothing to do here,
 /// the single call measures. Returns whether it measured.
+/// The flags of one kernel call over `n` gradients, and their positions 0..n-1 in its list.
+Attributed whole_list(std::size_t n, c10::Device device) {
+  Attributed a;
+  a.flags = at::zeros({std::int64_t(n)}, at::TensorOptions().dtype(at::kByte).device(device));
+  for (std::size_t i = 0; i < n; ++i)
+    a.params.push_back(i);
+  return a;
+}
+
 bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                   std::vector<std::pair<double, at::Tensor>>& absmax, at::Tensor* flags) {
+                   std::vector<std::pair<double, at::Tensor>>& absmax,
+                   std::vector<Attributed>* attributed) {
   const auto groups = by_dtype(grads);
   if (groups.size() <= 1) return false;
   for (const auto& [dtype, index] : groups) {
     at::Tensor a = zero_on(found.device());
     auto m = kernels::Measures().grad_absmax(a);
-    at::Tensor part;  // this dtype's flags, then into the list's at their positions
-    if (flags) m.nonfinite(part = at::zeros({std::int64_t(index.size())}, flags->options()));
+    if (attributed) {  // this dtype's flags, at its gradients' positions in the list
+      attributed->push_back({whole_list(index.size(), found.device()).flags, index});
+      m.nonfinite(attributed->back().flags);
+    }
     kernels::check_finite(pick(grads, index), found, m);
     absmax.emplace_back(dtype_max_of(dtype), a);
-    if (flags)
-      for (std::size_t j = 0; j < index.size(); ++j)
-        (*flags)[std::int64_t(index[j])].copy_(part[std::int64_t(j)]);
   }
   return true;
 }
 
 /// unscale_and_check of `grads` into `found`, measuring them (absmax per dtype).
 void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at::Tensor& found,
-                      std::vector<std::pair<double, at::Tensor>>& absmax, at::Tensor* flags) {
-  if (measure_mixed(grads, found, absmax, flags)) {
-    kernels::unscale_and_check(grads, inv_scale, found);
+                      std::vector<std::pair<double, at::Tensor>>& absmax,
+                      std::vector<Attributed>* attributed) {
+  kernels::Measures m;
+  if (attributed) {  // the one call over the whole list names them
+    attributed->push_back(whole_list(grads.size(), found.device()));
+    m.nonfinite(attributed->back().flags);
+  }
+  if (measure_mixed(grads, found, absmax)) {
+    kernels::unscale_and_check(grads, inv_scale, found, m);
   } else {
     at::Tensor a = zero_on(found.device());
-    auto m = kernels::Measures().grad_absmax(a);
-    if (flags) m.nonfinite(*flags);
-    kernels::unscale_and_check(grads, inv_scale, found, m);
+    kernels::unscale_and_check(grads, inv_scale, found, m.grad_absmax(a));
     if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
   }
 }
@@ -132,18 +145,28 @@ at::Tensor found_on_cpu(const OptimizerRecord& rec) {
 }  // namespace
 
 void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax, at::Tensor* flags) {
-  if (measure_mixed(grads, found, absmax, flags)) return;
+                    std::vector<std::pair<double, at::Tensor>>& absmax,
+                    std::vector<Attributed>* attributed) {
+  if (measure_mixed(grads, found, absmax, attributed)) return;
   at::Tensor a = zero_on(found.device());
   auto m = kernels::Measures().grad_absmax(a);
-  if (flags) m.nonfinite(*flags);
+  if (attributed) {
+    attributed->push_back(detail::whole_list(grads.size(), found.device()));
+    m.nonfinite(attributed->back().flags);
+  }
   kernels::check_finite(grads, found, m);
   if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
 }
 
 namespace {
-at::Tensor flags_for(std::size_t n, c10::Device device) {
-  return at::zeros({std::int64_t(n)}, at::TensorOptions().dtype(at::kByte).device(device));
+/// `attributed`'s positions (into one device's list) as the optimizer's parameter indices.
+void add_attributed(std::vector<Attributed>& attributed, const std::vector<std::size_t>& params,
+                    std::vector<Attributed>& out) {
+  for (Attributed& a : attributed) {
+    for (std::size_t& i : a.params)
+      i = params[i];
+    out.push_back(std::move(a));
+  }
 }
 }  // namespace
 
@@ -170,10 +193,11 @@ Unscaled StepTracker::check_grads(torch::optim::Optimizer& opt) const {
   Unscaled out;
   for (std::size_t d = 0; d < per_device.size(); ++d) {
     auto& [device, grads] = per_device[d];
-    at::Tensor f = zero_on(device), flags = flags_for(grads.size(), device);
-    check_measured(grads, f, out.absmax, &flags);
+    at::Tensor f = zero_on(device);
+    std::vector<Attributed> attributed;
+    check_measured(grads, f, out.absmax, &attributed);
     out.found_inf_per_device.emplace_back(device, f);
-    out.nonfinite.push_back({flags, std::move(params[d])});
+    add_attributed(attributed, params[d], out.nonfinite);
   }
   return out;
 }
@@ -248,10 +272,11 @@ Unscaled StepTracker::unscale_grads(torch::optim::Optimizer& opt, float inv_scal
   Unscaled out;
   for (std::size_t d = 0; d < per_device.size(); ++d) {
     auto& [device, grads] = per_device[d];
-    at::Tensor f = zero_on(device), flags = flags_for(grads.size(), device);
-    unscale_measured(grads, inv_scale, f, out.absmax, &flags);  // refusals: invalid_gradients
+    at::Tensor f = zero_on(device);
+    std::vector<Attributed> attributed;
+    unscale_measured(grads, inv_scale, f, out.absmax, &attributed);  // refusals: invalid_gradients
     out.found_inf_per_device.emplace_back(device, f);
-    out.nonfinite.push_back({flags, std::move(params[d])});
+    add_attributed(attributed, params[d], out.nonfinite);
   }
   return out;
 }
@@ -290,8 +315,10 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   rec.absmax = std::move(found.absmax);
   rec.nonfinite = std::move(found.nonfinite);
   rec.stage = OptState::unscaled;
-  if (out.unscaled_here) rec.at_scale = fused != nullptr;
-  if (out.unscaled_here) agree(rec);
+  if (out.unscaled_here) {
+    rec.at_scale = fused != nullptr;
+    agree(rec);
+  }
   out.found_inf = rec.any_found_inf();
   out.skipped = out.found_inf;
   if (out.unscaled_here && on_unscaled) on_unscaled(out.found_inf);

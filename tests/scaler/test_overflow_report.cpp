@@ -45,6 +45,12 @@ GradScalerOptions opts() {
   return GradScalerOptions().init_scale(kScale).allow_fp16_grads(true);
 }
 
+/// SGD over ps: ampactor's fused one (checked at the scale) or LibTorch's (unscaled in place).
+std::unique_ptr<torch::optim::Optimizer> sgd(bool fused, const std::vector<at::Tensor>& ps) {
+  if (fused) return std::make_unique<optim::FusedSGD>(ps, torch::optim::SGDOptions(0.1));
+  return std::make_unique<torch::optim::SGD>(ps, torch::optim::SGDOptions(0.1));
+}
+
 void plant(Params& ps) {
   poison(ps.p[1].mutable_grad(), Poison::inf, 17);
   poison(ps.p[3].mutable_grad(), Poison::nan, 5);
@@ -66,11 +72,7 @@ TEST_CASE("last_overflow names the gradients that held inf or NaN, every dtype a
         // Each neighbour's largest finite |grad|, before the unscale changes the gradients.
         const double n1 = std::max(ps.true_max(0), ps.true_max(2)),
                      n3 = std::max(ps.true_max(2), ps.true_max(4)), n4 = ps.true_max(3);
-        std::unique_ptr<torch::optim::Optimizer> opt;
-        if (fused)
-          opt = std::make_unique<optim::FusedSGD>(ps.p, torch::optim::SGDOptions(0.1));
-        else
-          opt = std::make_unique<torch::optim::SGD>(ps.p, torch::optim::SGDOptions(0.1));
+        const auto opt = sgd(fused, ps.p);
         LocalGradScaler scaler(opts());
         scaler.name_parameters(ps.named);
         scaler.scale(at::ones({}));
@@ -117,4 +119,30 @@ TEST_CASE("last_overflow: unnamed parameters by index; a clean iteration keeps t
   scaler.step(opt);  // clean again: the report of iteration 1 stays
   scaler.update();
   CHECK(scaler.last_overflow()->iteration == 1);
+}
+
+TEST_CASE("last_overflow names the gradients of a list that mixes dtypes, fused or not") {
+  for (bool fused : {false, true}) {
+    CAPTURE(fused);
+    // fc0 fp32, fc1 fp16, fc2 bf16, fc3 fp16, fc4 fp32: each dtype measured on its own.
+    Params ps(at::kFloat, Layout::contiguous);
+    const at::ScalarType dtypes[] = {at::kFloat, at::kHalf, at::kBFloat16, at::kHalf, at::kFloat};
+    for (std::size_t i = 0; i < ps.p.size(); ++i)
+      ps.p[i].mutable_grad() = ps.p[i].grad().to(dtypes[i]);
+    poison(ps.p[3].mutable_grad(), Poison::inf, 7);
+    poison(ps.p[2].mutable_grad(), Poison::nan, 1);
+    const auto opt = sgd(fused, ps.p);
+    LocalGradScaler scaler(opts());
+    scaler.name_parameters(ps.named);
+    scaler.scale(at::ones({}));
+    CHECK_FALSE(scaler.step(*opt).has_value());
+    scaler.update();
+    REQUIRE(scaler.last_overflow());
+    const auto& ts = scaler.last_overflow()->tensors;
+    REQUIRE(ts.size() == 2);
+    CHECK(ts[0].name == "fc2.weight");
+    CHECK((ts[0].nan && !ts[0].inf));
+    CHECK(ts[1].name == "fc3.weight");
+    CHECK((ts[1].inf && !ts[1].nan));
+  }
 }

@@ -37,17 +37,18 @@ double dtype_max_of(c10::ScalarType t);
 /// check_finite of `grads` (one device) into `found`, measuring them: one grad_absmax per dtype
 /// is appended to `absmax` as (that dtype's largest finite value, the max), a size being
 /// comparable with its own dtype's largest value only.
-/// `flags`: the overflow attribution of `grads` (kernels::Measures::nonfinite), or null.
-void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax,
-                    at::Tensor* flags = nullptr);
-
-/// The overflow attribution of one device's check: flags[j] (kernels::kHeldInf, kHeldNaN) is
-/// that of the optimizer's parameter params[j] (its index in param-group order).
+/// The overflow attribution of one kernel call: flags[j] (kernels::kHeldInf, kHeldNaN) is that
+/// of params[j] (in a record, the optimizer's parameter index in param-group order).
 struct Attributed {
   at::Tensor flags;
   std::vector<std::size_t> params;
 };
+
+/// `attributed`: where each call's overflow attribution goes (Attributed::params are positions
+/// in `grads`), or null.
+void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
+                    std::vector<std::pair<double, at::Tensor>>& absmax,
+                    std::vector<Attributed>* attributed = nullptr);
 
 /// The pipeline's grad move for a list of masters: model_grads[i] (any float dtype; undefined =
 /// none) into masters[i].grad() as fp32, unscaled by `inv_scale` and checked into `found` in one
