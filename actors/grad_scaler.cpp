@@ -172,7 +172,8 @@ void GradScaler::submit(std::function<void()> fn, const SubmitOptions& options) 
   const UnscalePermit permit = options.unscales();
   const float s = m.opts().enabled() ? m.ensure_scale() : 1.0f;
   m.flush_close();
-  caf::anon_send(m.setup.actors.optimizer, StepJob{m.main.k, s, std::move(fn), m.epoch(), permit});
+  caf::anon_send(m.setup.actors.optimizer,
+                 StepJob{m.main.k, s, std::move(fn), m.epoch(), permit, m.main.guard_k});
   if (permit.kind() == UnscalePermit::Kind::any) m.main.async_in_k = true;
   m.main.jobs_in_k = true;
   if (m.opts().enabled()) m.main.known_unscales += permit.counted();
@@ -184,8 +185,9 @@ bool GradScaler::submit_from_backward(std::function<void()> fn) {
   Impl& m = *impl_;
   if (m.job() || !m.opts().enabled() || !m.main.scale_k) return false;
   m.flush_close();
-  caf::anon_send(m.setup.actors.optimizer, StepJob{m.main.k, *m.main.scale_k, std::move(fn),
-                                                   m.epoch(), UnscalePermit::none()});
+  caf::anon_send(m.setup.actors.optimizer,
+                 StepJob{m.main.k, *m.main.scale_k, std::move(fn), m.epoch(), UnscalePermit::none(),
+                         m.main.guard_k});
   m.main.jobs_in_k = true;
   return true;
 }

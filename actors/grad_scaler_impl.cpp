@@ -33,9 +33,10 @@ void release_thread_logger() {
 
 void ResultLog::store(IterationDone& d) {
   newest_ = std::max(newest_, d.k);
-  if (!d.overflow.empty() && (!last_overflow_ || last_overflow_->iteration < d.k))
-    last_overflow_ =
-        OverflowReport{d.k, d.steps.empty() ? 0.0 : double(d.steps[0].scale_used), d.overflow};
+  if ((!d.overflow.empty() || !d.overflow_ranks.empty()) &&
+      (!last_overflow_ || last_overflow_->iteration < d.k))
+    last_overflow_ = OverflowReport{d.k, d.steps.empty() ? 0.0 : double(d.steps[0].scale_used),
+                                    d.overflow, d.overflow_ranks};
   if (d.failed) unreported_.push_back(d);
   results_[d.k] = std::move(d);
   while (results_.size() > GradScaler::result_history)
@@ -176,10 +177,12 @@ float GradScaler::Impl::ensure_scale() {
         receive_one();
     // A halted keeper (the deepspeed rule at its minimum, a collapsed scale): the scale request
     // below brings its error, with its own code and text.
-    if (m.applied && !m.applied->halted) m.scale_k = m.applied->scale;
+    if (m.applied && !m.applied->halted) m.scale_k = m.applied->scale, m.guard_k = m.applied->guard;
   }
   if (!m.scale_k) {
-    m.scale_k = ask_keeper<ScaleReply>(*self, ScaleRequest{m.k}).scale;
+    const ScaleReply r = ask_keeper<ScaleReply>(*self, ScaleRequest{m.k});
+    m.scale_k = r.scale;
+    m.guard_k = r.guard;
     m.initialized = true;
   }
   return *m.scale_k;
@@ -196,7 +199,7 @@ JobDone GradScaler::Impl::run_job(std::function<void()> fn) {
   JobDone out;
   caf::error err;
   const float s = main.scale_k.value_or(1.0f);
-  StepJob job{main.k, s, std::move(fn), epoch()};
+  StepJob job{main.k, s, std::move(fn), epoch(), UnscalePermit::any(), main.guard_k};
   (*self)
       ->request(setup.actors.optimizer, caf::infinite, std::move(job))
       .receive([&](JobDone& d) { out = d; }, [&](caf::error& e) { err = std::move(e); });

@@ -17,166 +17,6 @@
 namespace ampactor {
 
 namespace {
-thread_local JobContext* current_job = nullptr;
-}  // namespace
-
-optimizer_id optimizer_id_of(const torch::optim::Optimizer& opt) {
-  return static_cast<optimizer_id>(reinterpret_cast<std::uintptr_t>(&opt));
-}
-
-JobContext* JobContext::current() noexcept {
-  return current_job;
-}
-
-JobContext::JobContext(iteration_t k, float scale, bool enabled, UnscalePermit permit,
-                       caf::actor_id runner, StepTracker& tracker)
-    : k_(k), scale_(scale), enabled_(enabled), permit_(permit), runner_(runner), tracker_(tracker) {
-  outer_ = current_job;
-  current_job = this;
-}
-
-JobContext::~JobContext() {
-  current_job = outer_;
-}
-
-namespace {
-/// torch's inverse: the reciprocal in double, rounded to float.
-float inverse(float scale) {
-  return float(1.0 / double(scale));
-}
-}  // namespace
-
-void JobContext::refuse_late_unscale(const torch::optim::Optimizer& opt) const {
-  // The unscales counted in advance are this job's to make; any beyond them would come too late.
-  if (permit_.kind() != UnscalePermit::Kind::any && unscales_ >= permit_.counted() &&
-      tracker_.stage(opt) == OptState::ready)
-    throw ScalerError(errc::protocol_misuse,
-                      "this step job may not unscale an optimizer: its iteration's unscales were "
-                      "already counted (in a pipeline step the grad move unscales; step only the "
-                      "optimizer over the pipeline's masters)");
-}
-
-bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
-                                   const std::vector<at::Tensor>& model_grads,
-                                   std::vector<at::Tensor>& masters, bool adopt) {
-  refuse_late_unscale(opt);
-  if (!enabled_) {
-    // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
-    StepTracker plain(true, tracker_.ranks());  // data parallel: averaged all the same
-    plain.move_and_unscale_(opt, model_grads, masters, 1.0f, adopt);
-    return false;
-  }
-  const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
-  moved_.push_back(&opt);
-  ++unscales_;
-  report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
-                 tracker_.grad_size(opt));
-  if (found) found_overflow(opt);
-  return found;
-}
-
-bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
-                                  const std::vector<at::Tensor>& model_grads,
-                                  std::vector<at::Tensor>& masters,
-                                  std::vector<at::Tensor> weights) {
-  if (!enabled_) return move_and_unscale_(opt, model_grads, masters);
-  refuse_late_unscale(opt);
-  const bool found = tracker_.check_for_fused_(opt, model_grads, std::move(weights));
-  moved_.push_back(&opt);
-  ++unscales_;
-  report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
-                 tracker_.grad_size(opt));
-  if (found) found_overflow(opt);
-  return found;
-}
-
-bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
-                                     const std::vector<at::Tensor>& model_grads,
-                                     std::vector<at::Tensor> weights, at::Tensor found,
-                                     std::vector<std::pair<double, at::Tensor>> absmax) {
-  refuse_late_unscale(opt);
-  const bool f = tracker_.record_fused_check_(opt, model_grads, std::move(weights),
-                                              std::move(found), std::move(absmax));
-  moved_.push_back(&opt);
-  ++unscales_;
-  report_unscale(optimizer_id_of(opt), f, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
-  if (f) found_overflow(opt);
-  return f;
-}
-
-bool JobContext::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
-                                     bool local_found, bool found, GradSize size,
-                                     std::vector<std::pair<double, at::Tensor>> absmax) {
-  refuse_late_unscale(opt);
-  const bool f = tracker_.record_agreed_move_(opt, std::move(weights), local_found, found, size,
-                                              std::move(absmax));
-  moved_.push_back(&opt);
-  ++unscales_;
-  report_unscale(optimizer_id_of(opt), f, local_found, tracker_.grad_size(opt));
-  if (f) found_overflow(opt);
-  return f;
-}
-
-double JobContext::clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm,
-                                   const std::vector<double>* squares) {
-  if (!enabled_) return clip_grads_(grads_of(opt), max_norm, squares);  // moved as they were
-  return tracker_.clip_grad_norm_(opt, max_norm, inverse(scale_), squares);
-}
-
-bool JobContext::wrote_weights(const torch::optim::Optimizer& opt) const {
-  return tracker_.wrote_weights(opt);
-}
-
-bool JobContext::unscale_(torch::optim::Optimizer& opt) {
-  if (!enabled_) return false;
-  if (std::find(moved_.begin(), moved_.end(), &opt) != moved_.end())
-    throw ScalerError(errc::unscale_twice,
-                      std::string(texts::unscale_twice) +
-                          " The pipeline's grad move unscaled this optimizer's gradients: the "
-                          "masters' grads are true-sized inside fn, so clip them there without "
-                          "unscale_().");
-  refuse_late_unscale(opt);
-  const bool found = tracker_.unscale_(opt, inverse(scale_));
-  // An optimizer without gradients records no inf check (as in torch): nothing to report, so an
-  // update() with nothing else raises "No inf checks were recorded prior to update."
-  if (!tracker_.has_inf_checks(opt)) return found;
-  ++unscales_;
-  report_unscale(optimizer_id_of(opt), found, *tracker_.local_found_inf(opt),
-                 tracker_.grad_size(opt));
-  if (found) found_overflow(opt);
-  return found;
-}
-
-StepOutcome JobContext::step(torch::optim::Optimizer& opt,
-                             const std::function<at::Tensor()>& closure) {
-  if (!enabled_) {
-    StepOutcome out;
-    out.ret = opt.step(closure);
-    return out;
-  }
-  if (closure) throw ScalerError(errc::closure_unsupported, texts::closure_unsupported);
-  refuse_late_unscale(opt);
-  const optimizer_id id = optimizer_id_of(opt);
-  // The unscale is reported before opt.step() runs: if that throws, the inf checks stand, as in
-  // torch, and the keeper still hears of them.
-  StepOutcome out = tracker_.step(opt, inverse(scale_), [&](bool found) {
-    ++unscales_;
-    report_unscale(id, found, *tracker_.local_found_inf(opt), tracker_.grad_size(opt));
-    if (found) found_overflow(opt);
-  });
-  report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_});
-  return out;
-}
-
-OptState JobContext::stage(const torch::optim::Optimizer& opt) const {
-  return tracker_.stage(opt);
-}
-
-std::optional<bool> JobContext::found_inf(const torch::optim::Optimizer& opt) const {
-  return tracker_.found_inf(opt);
-}
-
-namespace {
 
 /// Everything the optimizer side knows of one open iteration.
 struct IterationState {
@@ -184,7 +24,8 @@ struct IterationState {
       : tracker(allow_fp16, std::move(ranks)) {}
   StepTracker tracker;
   std::vector<StepResult> steps;
-  std::vector<OverflowTensor> overflow;  // the gradients that held inf or NaN, named
+  std::vector<OverflowTensor> overflow;      // the gradients that held inf or NaN, named
+  std::vector<std::int32_t> overflow_ranks;  // data parallel: the ranks that found it
   std::int32_t unscales = 0;
   bool failed = false;
   errc code = errc::step_failed;
@@ -223,25 +64,32 @@ IterationState& open_iteration(optimizer_state& st, iteration_t k) {
 class Job final : public JobContext {
  public:
   Job(optimizer_ptr self, const StepJob& job, IterationState& it)
-      : JobContext(job.k, job.scale, self->state.opts.enabled(), job.permit, self->id(),
+      : JobContext(job.k, job.scale, job.guard, self->state.opts.enabled(), job.permit, self->id(),
                    it.tracker),
         self_(self),
         it_(it) {}
 
  private:
-  void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf,
-                      const GradSize& size) override {
+  void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf, const GradSize& size,
+                      std::vector<std::int32_t> found_by) override {
     ++it_.unscales;
-    self_->send(self_->state.keeper, UnscaleDone{iteration(), opt, found_inf, scale(), size.max,
-                                                 size.dtype_max, local_found_inf});
+    for (std::int32_t r : found_by)
+      if (std::find(it_.overflow_ranks.begin(), it_.overflow_ranks.end(), r) ==
+          it_.overflow_ranks.end())
+        it_.overflow_ranks.push_back(r);
+    std::sort(it_.overflow_ranks.begin(), it_.overflow_ranks.end());
+    self_->send(self_->state.keeper,
+                UnscaleDone{iteration(), opt, found_inf, scale(), size.max, size.dtype_max,
+                            local_found_inf, std::move(named_), std::move(found_by)});
+    named_.clear();
   }
   void found_overflow(const torch::optim::Optimizer& opt) override {
     if (!enabled()) return;
     try {
       static const ParameterNames unnamed;
       const auto& names = self_->state.names;
-      for (OverflowTensor& t : overflow_of(it_.tracker, opt, scale(), names ? *names : unnamed))
-        it_.overflow.push_back(std::move(t));
+      named_ = overflow_of(it_.tracker, opt, scale(), names ? *names : unnamed);
+      it_.overflow.insert(it_.overflow.end(), named_.begin(), named_.end());
     } catch (const std::exception& e) {
       // The step's outcome stands; only the attribution is lost, and said so.
       std::cerr << "ampactor: iteration " << iteration()
@@ -255,6 +103,7 @@ class Job final : public JobContext {
   }
   optimizer_ptr self_;
   IterationState& it_;
+  std::vector<OverflowTensor> named_;  // found_overflow's, for the next UnscaleDone
 };
 
 /// One entry per subscriber: subscribing again only changes whether it hears every StepResult.
@@ -346,6 +195,7 @@ void close_iteration(optimizer_ptr self, const CloseIteration& c) {
   IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled, {}};
   sort_overflow(it.overflow);  // several optimizers: by parameter index, then name
   d.overflow = std::move(it.overflow);
+  d.overflow_ranks = std::move(it.overflow_ranks);
   for (auto& s : st.subscribers)
     caf::anon_send(s.who, d);
 }

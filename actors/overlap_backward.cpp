@@ -198,6 +198,7 @@ void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
   absmax_.clear();
   averaged_.assign(buckets_.size(), false);
   local_found_ = false;
+  found_by_.clear();
   agreed_max_ = dtype_max_ = 0;
   squares_.assign(model_.size(), std::numeric_limits<double>::quiet_NaN());
   // The last exchange has read the pinned weights: the buckets' steps may write them from here.

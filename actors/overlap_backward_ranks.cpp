@@ -28,14 +28,16 @@ void OverlapBackward::move_and_average(std::size_t b, const std::vector<at::Tens
   OptimizerRecord local;
   local.absmax = absmax;
   const GradSize size = local.grad_size();
-  float v[2] = {f.item<float>() != 0 ? 1.0f : 0.0f, float(size.max)};
+  std::vector<float> v = agreement_values(*ranks_, f.item<float>() != 0, size.max);
   local_found_ = local_found_ || v[0] != 0;
   std::vector<at::Tensor> moved;
   for (const at::Tensor& m : masters)
     if (m.grad().defined()) moved.push_back(m.grad());
   averaged_[b] = true;  // from here this bucket's collective is made (or the iteration fails)
-  ranks_->average(moved, v, 2);
+  ranks_->average(moved, v.data(), int(v.size()));
   found_ = found_ || v[0] != 0;
+  for (std::int32_t r : ranks_that_found(v))
+    if (std::find(found_by_.begin(), found_by_.end(), r) == found_by_.end()) found_by_.push_back(r);
   // The size nearest to overflow over the buckets, as the whole gradient's would be.
   auto ratio = [](double max, double dtype_max) { return dtype_max > 0 ? max / dtype_max : 0.0; };
   if (dtype_max_ == 0 || ratio(v[1], size.dtype_max) > ratio(agreed_max_, dtype_max_))
@@ -55,8 +57,9 @@ double OverlapBackward::finish_ranks(torch::optim::Optimizer& opt,
       g.push_back(grads[i]);
     move_and_average(b, g, job);
   }
+  std::sort(found_by_.begin(), found_by_.end());
   job.record_agreed_move_(opt, spare_, local_found_, found_, GradSize{agreed_max_, dtype_max_},
-                          absmax_);
+                          absmax_, found_by_);
   if (!clip_ || found_) return std::numeric_limits<double>::quiet_NaN();
   std::vector<double> squares;  // of the mean, in parameter order
   for (std::size_t i = 0; i < masters_.size(); ++i)

@@ -18,6 +18,8 @@ std::string OverflowReport::str() const {
     if (!std::isnan(t.neighbours_max))
       o << " (its neighbours' largest finite |grad| " << t.neighbours_max << ")";
   }
+  for (std::size_t i = 0; i < ranks.size(); ++i)
+    o << (i ? ", " : ranks.size() == 1 ? "; found by rank " : "; found by ranks ") << ranks[i];
   return o.str();
 }
 

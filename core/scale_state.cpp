@@ -117,6 +117,11 @@ UpdateOutcome ScaleState::update(bool found_inf) {
   return out;
 }
 
+bool ScaleState::collapsing() const {
+  return (collapse_backoffs_ > 0 && backoffs_in_row_ >= collapse_backoffs_) ||
+         (collapse_below_ > 0 && get_scale() < collapse_below_);
+}
+
 void ScaleState::set_scale(double new_scale) {
   scale_ = static_cast<float>(new_scale);
   backoffs_in_row_ = 0;  // a scale the user chose starts the guard's count again

@@ -120,16 +120,17 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
   std::vector<at::Tensor> moved;
   for (const at::Tensor& p : masters)
     if (p.grad().defined()) moved.push_back(p.grad());
-  float v[2];
+  std::vector<float> v;
   const GradSize size = local_values(rec, v);
-  ranks_->average(moved, v, 2);
+  ranks_->average(moved, v.data(), int(v.size()));
   apply_agreed(rec, v, size);
   return rec.any_found_inf();
 }
 
 bool StepTracker::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
                                       bool local_found, bool found, GradSize size,
-                                      std::vector<std::pair<double, at::Tensor>> absmax) {
+                                      std::vector<std::pair<double, at::Tensor>> absmax,
+                                      std::vector<std::int32_t> found_by) {
   auto it = records_.find(&opt);
   check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
   OptimizerRecord& rec = records_[&opt];
@@ -143,6 +144,7 @@ bool StepTracker::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<
   rec.local_found_inf = local_found;
   rec.agreed = true;
   rec.agreed_size = size;
+  rec.found_by = std::move(found_by);
   return found;
 }
 

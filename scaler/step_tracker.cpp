@@ -353,31 +353,38 @@ std::optional<bool> StepTracker::local_found_inf(const torch::optim::Optimizer& 
   return it->second.local_found_inf;
 }
 
+std::vector<std::int32_t> StepTracker::found_by(const torch::optim::Optimizer& opt) const {
+  auto it = records_.find(&opt);
+  if (it == records_.end() || it->second.stage == OptState::ready) return {};
+  return it->second.found_by;
+}
+
 StepTracker::StepTracker(bool allow_fp16_grads, std::shared_ptr<RankGroup> ranks)
     : allow_fp16_grads_(allow_fp16_grads), ranks_(std::move(ranks)) {}
 
-GradSize StepTracker::local_values(OptimizerRecord& rec, float* v) const {
+GradSize StepTracker::local_values(OptimizerRecord& rec, std::vector<float>& v) const {
   rec.local_found_inf = rec.any_found_inf();
   const GradSize size = rec.grad_size();
-  v[0] = rec.local_found_inf ? 1.0f : 0.0f;
-  v[1] = float(size.max);
+  if (ranks_) v = agreement_values(*ranks_, rec.local_found_inf, size.max);
   return size;
 }
 
-void StepTracker::apply_agreed(OptimizerRecord& rec, const float* v, const GradSize& size) const {
+void StepTracker::apply_agreed(OptimizerRecord& rec, const std::vector<float>& v,
+                               const GradSize& size) const {
   for (auto& [device, t] : rec.found_inf_per_device)
     t.fill_(v[0]);
   rec.agreed = true;
   rec.agreed_size = {double(v[1]), size.dtype_max};
+  rec.found_by = ranks_that_found(v);
 }
 
 void StepTracker::agree(OptimizerRecord& rec) const {
-  float v[2];
+  std::vector<float> v;
   const GradSize size = local_values(rec, v);
   if (!ranks_) return;
   // One collective per unscale on every rank, even one without gradients, so that the ranks'
   // calls stay paired.
-  ranks_->all_max(v, 2);
+  ranks_->all_max(v.data(), int(v.size()));
   apply_agreed(rec, v, size);
 }
 

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -56,6 +57,8 @@ struct Options {
   bool prefix = false;
   std::vector<std::string> rules;
   std::string plot;
+  bool layers = false;
+  std::string layers_csv, layers_plot;
 
   /// Whether any of the what-if options is given.
   bool what() const {
@@ -80,6 +83,11 @@ void add_options(CLI::App& app, Options& o) {
                  "max_scale, hysteresis, consecutive_hysteresis, raise_at_min_scale, policy); "
                  "repeat it for several");
   app.add_option("--plot", o.plot, "with --rule: draw the scales into this PNG (gnuplot)");
+  app.add_flag("--layers", o.layers,
+               "per-layer overflow counts (which gradients held inf or NaN, in how many "
+               "iterations); with what-if options, which of them would still overflow");
+  app.add_option("--layers-csv", o.layers_csv, "--layers into this CSV file");
+  app.add_option("--layers-plot", o.layers_plot, "--layers drawn into this PNG (gnuplot)");
   app.add_flag("--prefix", o.prefix,
                "replay the intact part of a damaged or truncated trace, up to its first bad "
                "line (exit 3, saying where and why it stopped)");
@@ -180,6 +188,63 @@ void print_rows(const WhatIfResult& r) {
   }
 }
 
+/// --layers: the table, and its CSV and plot where asked for.
+int print_layers(const Options& o, const LayerReport& r) {
+  std::cout << "iterations with inf or NaN: " << r.overflow_iterations;
+  if (r.unattributed)
+    std::cout << " (" << r.unattributed
+              << " without named gradients: a path that does not attribute, or a trace older "
+                 "than schema 7)";
+  std::cout << "\n";
+  for (const auto& [rank, n] : r.ranks)
+    std::cout << "found by rank " << rank << " in " << n << " iterations\n";
+  std::size_t w = 5;
+  for (const auto& l : r.layers)
+    w = std::max(w, l.name.size());
+  std::cout << std::left << std::setw(int(w) + 2) << "layer" << std::right << std::setw(11)
+            << "iterations" << std::setw(6) << "inf" << std::setw(6) << "nan" << std::setw(8)
+            << "first" << std::setw(8) << "last";
+  if (r.what_if) std::cout << std::setw(8) << "still" << std::setw(9) << "unknown";
+  std::cout << "\n";
+  for (const auto& l : r.layers) {
+    std::cout << std::left << std::setw(int(w) + 2) << l.name << std::right << std::setw(11)
+              << l.iterations << std::setw(6) << l.inf << std::setw(6) << l.nan << std::setw(8)
+              << l.first << std::setw(8) << l.last;
+    if (r.what_if) std::cout << std::setw(8) << l.still << std::setw(9) << l.unknown;
+    std::cout << "\n";
+  }
+  if (r.what_if)
+    std::cout << "still: overflows at the what-if scale too (at least the recorded one); "
+                 "unknown: a smaller scale, where an inf's size is not known"
+              << (r.beyond_halt ? "; " + std::to_string(r.beyond_halt) +
+                                      " iterations after the what-if halted are not counted"
+                                : std::string())
+              << "\n";
+  const std::string data = !o.layers_csv.empty()    ? o.layers_csv
+                           : !o.layers_plot.empty() ? o.layers_plot + ".csv"
+                                                    : "";
+  if (!data.empty()) {
+    std::ofstream out(data);
+    out << layer_csv(r);
+    if (!out) {
+      std::cerr << "ampactor-replay: cannot write " << data << "\n";
+      return 2;
+    }
+  }
+  if (!o.layers_plot.empty()) {
+    const std::string gp = o.layers_plot + ".gp";
+    std::ofstream(gp) << tools::layers_gnuplot(data, o.layers_plot, r);
+    if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
+      std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install "
+                   "gnuplot-nox); the data is in "
+                << data << " and the script in " << gp << "\n";
+      return 2;
+    }
+    std::cout << "plot: " << o.layers_plot << "\n";
+  }
+  return 0;
+}
+
 std::string describe(const TraceHeader& h) {
   std::ostringstream o;
   o << (h.policy == ScalePolicy::lagged ? "lagged" : "exact") << ", init " << h.opts.init_scale()
@@ -188,7 +253,8 @@ std::string describe(const TraceHeader& h) {
   return o.str();
 }
 
-/// The what-if options: the trace's found_inf sequence replayed under those settings.
+/// The what-if options: the trace's found_inf sequence replayed under those settings (with
+/// --layers: per layer).
 int replay_what_if(const Options& o, const Trace& trace, const std::string& incomplete) {
   TraceHeader settings = trace.header;
   if (o.policy) settings.policy = *o.policy == "lagged" ? ScalePolicy::lagged : ScalePolicy::exact;
@@ -203,6 +269,12 @@ int replay_what_if(const Options& o, const Trace& trace, const std::string& inco
     return 2;
   }
   const WhatIfResult r = what_if(trace, settings);
+  if (o.layers) {
+    std::cout << "recorded: " << describe(trace.header) << "\nwhat-if:  " << describe(settings)
+              << "\n";
+    if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
+    return print_layers(o, layer_overflows(trace, &r));
+  }
   if (!o.csv.empty()) {
     std::ofstream out(o.csv);
     out << what_if_csv(r);
@@ -232,6 +304,7 @@ int main(int argc, char** argv) {
   Options o;
   add_options(app, o);
   CLI11_PARSE(app, argc, argv);
+  if (!o.layers_csv.empty() || !o.layers_plot.empty()) o.layers = true;
 
   Trace trace;
   try {
@@ -244,10 +317,18 @@ int main(int argc, char** argv) {
   // Whether the trace holds the whole recording, said whatever else is printed.
   const std::string incomplete = incompleteness(trace);
 
+  if (!o.rules.empty() && o.layers) {
+    std::cerr << "ampactor-replay: --layers takes what-if options, not --rule\n";
+    return 2;
+  }
   if (!o.rules.empty()) return compare_rules(o, trace, incomplete);
   if (!o.plot.empty()) {
     std::cerr << "ampactor-replay: --plot needs --rule\n";
     return 2;
+  }
+  if (o.layers && !o.what()) {
+    if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
+    return print_layers(o, layer_overflows(trace));
   }
   if (!o.what()) return check_replay(o, trace, incomplete);
   return replay_what_if(o, trace, incomplete);

@@ -182,4 +182,23 @@ std::string rules_gnuplot(const std::string& csv, const std::string& png,
   return g.str();
 }
 
+std::string layers_gnuplot(const std::string& csv, const std::string& png, const LayerReport& r) {
+  std::ostringstream g;
+  const std::size_t n = std::max<std::size_t>(r.layers.size(), 1);
+  // Rows from the CSV's line 2 on; the first layer (most overflows) on top.
+  g << "set terminal pngcairo size 1000," << 120 + 40 * n << "\n"
+    << "set output '" << png << "'\nset datafile separator ','\nset termoption noenhanced\n"
+    << "set title 'iterations in which each gradient held inf or NaN'\n"
+    << "set style fill solid 0.8 border -1\nset key bottom right\nset xrange [0:*]\n"
+    << "set yrange [" << n << ":-1]\nset ytics nomirror\nset grid xtics\n"
+    << "set xlabel 'iterations'\nbw = " << (r.what_if ? 0.4 : 0.8) << "\n"
+    << "plot '" << csv << "' skip 1 using ($2/2):0:($2/2):(bw/2):ytic(1) with boxxyerror "
+    << "lc rgb '#d62728' title 'overflowed'";
+  if (r.what_if)
+    g << ", '' skip 1 using ($7/2):($0+bw):($7/2):(bw/2) with boxxyerror lc rgb '#1f77b4' "
+      << "title 'still at the what-if scale'";
+  g << "\n";
+  return g.str();
+}
+
 }  // namespace ampactor::tools

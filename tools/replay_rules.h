@@ -34,5 +34,8 @@ std::string rules_csv(const std::vector<RuleRun>& runs);
 /// another), the recorded scale in grey behind it, overflowed iterations marked, log2 scale axis.
 std::string rules_gnuplot(const std::string& csv, const std::string& png,
                           const std::vector<RuleRun>& runs);
+/// A gnuplot script drawing layer_csv's `csv` into `png`: one horizontal bar per layer, its
+/// iterations with inf or NaN (and with a what-if, those that still overflow beside them).
+std::string layers_gnuplot(const std::string& csv, const std::string& png, const LayerReport& r);
 
 }  // namespace ampactor::tools

@@ -81,11 +81,21 @@ TraceHeader read_header(const json& j) {
     rule.apply(rr);
     rr.done();
   }
+  GuardValues guard;
+  if (o.contains("guard")) {
+    if (version < 7) throw Bad("header.options: unknown field \"guard\" (since version 7)");
+    const json& jg = ro.at("guard");
+    if (!jg.is_object()) ro.wrong("guard", jg, "an object");
+    Reader rg{jg, "header.options.guard"};
+    guard.apply(rg);
+    rg.done();
+  }
   ro.done();
   r.done();
   try {
     h.opts = values.options();
     rule.set(h.opts);
+    guard.set(h.opts);
     h.opts.validate();
   } catch (const ScalerError& e) {
     throw Bad(std::string("header.options: ") + e.what());
@@ -116,7 +126,7 @@ void read_known(TraceEvent& e, const std::string& type, const json& msg, int ver
 
 /// Reads e.msg from the event's "msg", brought up to date from older versions first.
 void read_message(TraceEvent& e, const std::string& type, const json& raw, int version) {
-  const json msg = version <= 5 ? upgrade_old(type, raw, version) : raw;
+  const json msg = version <= 6 ? upgrade_old(type, raw, version) : raw;
   std::optional<TraceMessage> v1_msg;
   if (version == 1) v1_msg = read_v1(type, msg);
   if (v1_msg) {
@@ -150,6 +160,9 @@ void check_event(const TraceEvent& e, const std::string& type) {
       throw Bad(
           "UnscaleDone: local_found_inf without found_inf (the agreed value is the ranks' "
           "largest)");
+  if (auto* d = std::get_if<UnscaleDone>(&e.msg))
+    if (!d->found_inf && (!d->overflow.empty() || !d->found_by.empty()))
+      throw Bad("UnscaleDone: overflow or found_by without found_inf");
   if (is_keeper_input(e.msg) ? e.to != trace_keeper : e.from != trace_keeper)
     throw Bad(type + (is_keeper_input(e.msg) ? " must go to" : " must come from") + " \"keeper\"");
 }

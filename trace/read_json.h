@@ -110,6 +110,30 @@ struct Reader {
       }
     wrong(name, v, "an ampactor error code name");
   }
+  void operator()(const char* name, std::vector<std::int32_t>& x) {
+    const json& v = at(name);
+    if (!v.is_array()) wrong(name, v, "an array of integers");
+    x.clear();
+    for (const json& e : v) {
+      if (!e.is_number_integer() || e.get<std::int64_t>() < 0 ||
+          e.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
+        wrong(name, v, "an array of ranks (integers >= 0)");
+      x.push_back(std::int32_t(e.get<std::int64_t>()));
+    }
+  }
+  void operator()(const char* name, std::vector<OverflowTensor>& x) {
+    const json& v = at(name);
+    if (!v.is_array()) wrong(name, v, "an array of objects");
+    x.clear();
+    for (const json& e : v) {
+      if (!e.is_object()) wrong(name, v, "an array of objects");
+      Reader sub{e, where + "." + name + "[" + std::to_string(x.size()) + "]"};
+      OverflowTensor t;
+      fields(sub, t);
+      sub.done();
+      x.push_back(std::move(t));
+    }
+  }
   void operator()(const char* name, StateDictMsg& x) {
     const json& v = at(name);
     if (!v.is_object()) wrong(name, v, "an object");
@@ -128,7 +152,7 @@ struct Reader {
 /// A version 1 message that version 2 replaced, as its version 2 value (nullopt: not one).
 std::optional<TraceMessage> read_v1(const std::string& type, const json& j);
 
-/// A version 1 to 5 message with version 6's fields (read_old.cpp says which).
+/// A version 1 to 6 message with version 7's fields (read_old.cpp says which).
 json upgrade_old(const std::string& type, const json& msg, int version);
 
 }  // namespace ampactor::trace_detail

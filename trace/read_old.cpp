@@ -42,12 +42,17 @@ std::optional<TraceMessage> read_v1(const std::string& type, const json& j) {
   return std::nullopt;
 }
 
-/// A version 1 to 5 message with version 6's fields: no rule raised (UpdateApplied.halted), none
+/// A version 1 to 6 message with version 7's fields: no rule raised (UpdateApplied.halted), none
 /// had hysteresis (StateDict's, also inside LoadStateDict), no gradient size was measured (before
-/// 5), below_one is what the recorded scale says, and there were no ranks (local_found_inf is
-/// found_inf).
+/// 5), below_one is what the recorded scale says, there were no ranks (local_found_inf is
+/// found_inf; before 6), and neither the attribution nor the collapse guard was recorded
+/// (before 7: none, 0 backoffs; replay_trace leaves the guard out of its comparison).
 json upgrade_old(const std::string& type, const json& msg, int version) {
   json m = msg;
+  if (type == "UnscaleDone" && !m.contains("overflow"))
+    m["overflow"] = json::array(), m["found_by"] = json::array();
+  if ((type == "ScaleReply" || type == "UpdateApplied") && !m.contains("collapsing"))
+    m["backoffs_in_row"] = 0, m["collapsing"] = false;
   if (type == "UnscaleDone" && !m.contains("local_found_inf") && m.contains("found_inf"))
     m["local_found_inf"] = m["found_inf"];
   if (version >= 5) return m;

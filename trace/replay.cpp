@@ -9,6 +9,17 @@
 
 namespace ampactor {
 
+namespace {
+/// The keeper's event as a trace of `version` recorded it: before version 7 no guard.
+std::string as_recorded(TraceEvent e, int version) {
+  if (version < 7) {
+    if (auto* r = std::get_if<ScaleReply>(&e.msg)) r->guard = {};
+    if (auto* a = std::get_if<UpdateApplied>(&e.msg)) a->guard = {};
+  }
+  return to_json_line(e);
+}
+}  // namespace
+
 ReplayResult replay_trace(const Trace& trace) {
   ReplayResult r;
   KeeperRig b(trace.header);
@@ -21,7 +32,7 @@ ReplayResult replay_trace(const Trace& trace) {
   // Compares what the keeper has recorded so far; false at a divergence.
   auto compare = [&]() {
     for (; r.matched < got.size(); ++r.matched) {
-      const std::string g = to_json_line(got[r.matched]);
+      const std::string g = as_recorded(got[r.matched], trace.header.version);
       if (r.matched >= want.size()) {
         if (!trace.complete) return true;  // the recording was cut here: the keeper went on
         r.identical = false;
@@ -197,6 +208,7 @@ void send_reports(KeeperRig& b, const std::string& optimizer, const IterationPla
     row.basis = std::max(row.basis, basis);  // the weakest basis of the row's reports
     d.scale_used = s;
     d.found_inf = found;
+    if (!found) d.overflow.clear(), d.found_by.clear();
     b.send(optimizer, d);
   }
   if (!row.has_unscales) row.basis = WhatIfBasis::none;

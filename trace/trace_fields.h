@@ -15,13 +15,19 @@ void fields(F& f, ScaleRequest& x) {
 }
 template <class F>
 void fields(F& f, ScaleReply& x) {
-  f("k", x.k), f("scale", x.scale);
+  f("k", x.k), f("scale", x.scale), f("backoffs_in_row", x.guard.backoffs_in_row),
+      f("collapsing", x.guard.collapsing);
+}
+template <class F>
+void fields(F& f, OverflowTensor& x) {
+  f("name", x.name), f("index", x.index), f("inf", x.inf), f("nan", x.nan),
+      f("neighbours_max", x.neighbours_max);
 }
 template <class F>
 void fields(F& f, UnscaleDone& x) {
   f("k", x.k), f("optimizer", x.optimizer), f("found_inf", x.found_inf),
       f("scale_used", x.scale_used), f("grad_max", x.grad_max), f("dtype_max", x.dtype_max),
-      f("local_found_inf", x.local_found_inf);
+      f("local_found_inf", x.local_found_inf), f("overflow", x.overflow), f("found_by", x.found_by);
 }
 template <class F>
 void fields(F& f, UpdateScale& x) {
@@ -86,7 +92,8 @@ template <class F>
 void fields(F& f, UpdateApplied& x) {
   f("k", x.k), f("scale", x.scale), f("growth_tracker", x.growth_tracker),
       f("found_inf", x.found_inf), f("backed_off", x.backed_off), f("grew", x.grew),
-      f("abandoned", x.abandoned), f("halted", x.halted), f("below_one", x.below_one);
+      f("abandoned", x.abandoned), f("halted", x.halted), f("below_one", x.below_one),
+      f("backoffs_in_row", x.guard.backoffs_in_row), f("collapsing", x.guard.collapsing);
 }
 template <class F>
 void fields(F& f, TraceErrorReply& x) {
@@ -200,6 +207,36 @@ struct RuleValues {
         .hysteresis(hysteresis)
         .consecutive_hysteresis(consecutive_hysteresis)
         .raise_at_min_scale(raise_at_min_scale);
+  }
+};
+
+/// The header's scale-collapse guard (an optional "guard" object in "options", since version 7,
+/// written only where it differs from the defaults).
+struct GuardValues {
+  std::int64_t collapse_backoffs = 10;
+  double collapse_below = 1.0;
+  bool raise_on_collapse = false;
+
+  GuardValues() = default;
+  explicit GuardValues(const GradScalerOptions& o)
+      : collapse_backoffs(o.collapse_backoffs()),
+        collapse_below(o.collapse_below()),
+        raise_on_collapse(o.raise_on_collapse()) {}
+  bool needed() const {
+    const GuardValues d;
+    return collapse_backoffs != d.collapse_backoffs || collapse_below != d.collapse_below ||
+           raise_on_collapse != d.raise_on_collapse;
+  }
+  template <class F>
+  void apply(F& f) {
+    f("collapse_backoffs", collapse_backoffs), f("collapse_below", collapse_below),
+        f("raise_on_collapse", raise_on_collapse);
+  }
+  /// `o` with this guard; throws ScalerError for a value a setter refuses.
+  void set(GradScalerOptions& o) const {
+    o.collapse_backoffs(collapse_backoffs)
+        .collapse_below(collapse_below)
+        .raise_on_collapse(raise_on_collapse);
   }
 };
 

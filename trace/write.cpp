@@ -127,6 +127,26 @@ struct FastWriter {
   void operator()(const char* name, std::uint64_t v) { key(name), integer(v); }
   void operator()(const char* name, errc v) { key(name), string(to_string(v)); }
   void operator()(const char* name, const std::string& v) { key(name), string(v); }
+  void operator()(const char* name, const std::vector<std::int32_t>& v) {
+    key(name);
+    s += '[';
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i) s += ',';
+      integer(v[i]);
+    }
+    s += ']';
+  }
+  void operator()(const char* name, std::vector<OverflowTensor> v) {
+    key(name);
+    s += '[';
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      s += i ? ",{" : "{";
+      FastWriter sub{s};
+      fields(sub, v[i]);
+      s += '}';
+    }
+    s += ']';
+  }
   void operator()(const char* name, StateDictMsg v) {
     key(name);
     s += '{';
@@ -157,6 +177,12 @@ std::string to_json_line(const TraceHeader& h) {
     Writer wr{r};
     rule.apply(wr);
     o["rule"] = std::move(r);
+  }
+  if (GuardValues guard(h.opts); guard.needed()) {
+    ojson g = ojson::object();
+    Writer wg{g};
+    guard.apply(wg);
+    o["guard"] = std::move(g);
   }
   ojson j = {{"trace", "ampactor"},
              {"version", trace_schema_version},

@@ -56,6 +56,7 @@ struct MainState {
   iteration_t k = 0;
   bool initialized = false;         // a ScaleRequest has been answered (torch: _scale exists)
   std::optional<float> scale_k;     // the scale of iteration k, once asked for
+  ScaleGuard guard_k;               // the collapse guard's view of scale_k
   std::int32_t known_unscales = 0;  // UnscaleDone{k} sent by jobs the main thread waited for
   bool async_in_k = false;          // a job that may unscale was submitted in iteration k
   bool jobs_in_k = false;           // any job was submitted in iteration k

@@ -156,8 +156,9 @@ class OverlapBackward {
   std::optional<double> clip_;
   std::vector<double> squares_;  // clip: parameter i's squared_norm, NaN where not measured
   // Ranks, for iteration k_.
-  std::vector<bool> averaged_;  // bucket b was moved and averaged
-  bool local_found_ = false;    // this rank's own found_inf
+  std::vector<bool> averaged_;          // bucket b was moved and averaged
+  bool local_found_ = false;            // this rank's own found_inf
+  std::vector<std::int32_t> found_by_;  // the ranks whose own check found inf or NaN
   double agreed_max_ = 0, dtype_max_ = 0;
 };
 

@@ -121,3 +121,28 @@ TEST_CASE(
   scaler.update(64.0);               // a scale the user chooses resumes the run
   CHECK(float(scaler.scale(at::ones({1})).item<float>()) == 64.0f);
 }
+
+TEST_CASE("StepResult says whether the scale its step used had tripped the collapse guard") {
+  // Overflows at iterations 0 to 2 take 16 to 2: the third backoff in a row trips the guard
+  // (warn only), so iteration 3's step, at scale 2, is the one to say it; iteration 3 is clean,
+  // so 4's scale follows no backoff.
+  GradScaler scaler(GradScalerOptions().init_scale(16).collapse_backoffs(3).collapse_below(0));
+  Net net;
+  for (iteration_t k = 0; k < 5; ++k) {
+    scaler.scale(at::ones({1}));
+    scaler.submit([&, k] {
+      net.set_grads({at::full({7}, k <= 2 ? INFINITY : 1.0f), at::zeros({5, 3})});
+      scaler.step(*net.opt);
+    });
+    scaler.update();
+  }
+  scaler.sync();
+  const std::int64_t in_row[] = {0, 1, 2, 3, 0};
+  for (iteration_t k = 0; k < 5; ++k) {
+    CAPTURE(k);
+    const IterationResult r = scaler.wait_result(k);
+    REQUIRE(r.steps.size() == 1);
+    CHECK(r.steps[0].guard.backoffs_in_row == in_row[k]);
+    CHECK(r.steps[0].guard.collapsing == (k == 3));
+  }
+}

@@ -134,3 +134,24 @@ TEST_CASE("collapse guard options: bad values refused as the types they are stor
   CHECK(o.collapse_below() == 1.0);
   CHECK_FALSE(o.raise_on_collapse());
 }
+
+TEST_CASE("collapsing() holds from the update that trips the guard, every time, until it is over") {
+  Stderr err;
+  ScaleState s(GradScalerOptions().init_scale(8).collapse_backoffs(2).collapse_below(0.5));
+  s.lazy_init();
+  CHECK_FALSE(s.collapsing());
+  s.update(true);  // 4: one backoff
+  CHECK_FALSE(s.collapsing());
+  s.update(true);  // 2: the second in a row
+  CHECK(s.collapsing());
+  s.update(false);  // a clean step ends the run, 2 is not below 0.5
+  CHECK_FALSE(s.collapsing());
+  s.update(true), s.update(true), s.update(true);  // 1, 0.5, 0.25: a run again, and below 0.5
+  CHECK(s.collapsing());
+  s.update(false);  // the run is over, the scale still below 0.5
+  CHECK(s.backoffs_in_row() == 0);
+  CHECK(s.collapsing());
+  s.set_scale(64);  // a scale the user chose
+  CHECK_FALSE(s.collapsing());
+  CHECK(count(err.text.str(), "in a row") == 1);  // said once, reported every time
+}

@@ -128,25 +128,49 @@ TEST_CASE(
   CHECK(unclipped >= 3);
 }
 
-TEST_CASE("each rank's trace records its local and the agreed found_inf and replays identically") {
-  const fs::path dir = fresh("traces");
-  // The pipeline: each rank checks its own gradients in the move, before they are averaged.
-  const Run r = launch("trace", 2,
-                       {"--path", "pipeline", "--staleness", "0", "--steps", "10", "--inf-at",
-                        "1:4", "--trace", (dir / "t").string()});
-  REQUIRE_MESSAGE(r.code == 0, r.log);
-  for (int rank : {0, 1}) {
-    CAPTURE(rank);
-    const Trace t = read_trace((dir / ("t.rank" + std::to_string(rank) + ".jsonl")).string());
-    CHECK(replay_trace(t).identical);
-    int reports = 0;
-    for (const auto& e : t.events)
-      if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) {
-        ++reports;
-        CHECK(d->found_inf == (d->k == 4));
-        CHECK(d->local_found_inf == (d->k == 4 && rank == 1));
-      }
-    CHECK(reports == 10);
+TEST_CASE(
+    "each rank's trace records its local and the agreed found_inf and the rank that found it, and "
+    "replays identically") {
+  // The pipeline: each rank checks its own gradients in the move, before they are averaged; the
+  // overlapped backward bucket by bucket. The actor path's worker averages the gradients itself
+  // before the scaler's unscale (as DDP does), so there both ranks' own checks find the inf.
+  const std::vector<std::vector<std::string>> paths = {
+      {"--path", "pipeline", "--staleness", "0"},
+      {"--path", "actor"},
+      {"--path", "pipeline", "--staleness", "0", "--fused", "--model", "mlp", "--overlap"}};
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    CAPTURE(joined(paths[i]));
+    const fs::path dir = fresh("traces" + std::to_string(i));
+    auto args = paths[i];
+    for (const std::string a : {"--print-overflow", "--steps", "10", "--inf-at", "1:4", "--trace"})
+      args.push_back(a);
+    args.push_back((dir / "t").string());
+    const Run r = launch("trace" + std::to_string(i), 2, args);
+    REQUIRE_MESSAGE(r.code == 0, r.log);
+    for (int rank : {0, 1}) {
+      CAPTURE(rank);
+      const Trace t = read_trace((dir / ("t.rank" + std::to_string(rank) + ".jsonl")).string());
+      CHECK(replay_trace(t).identical);
+      int reports = 0;
+      for (const auto& e : t.events)
+        if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) {
+          ++reports;
+          CHECK(d->found_inf == (d->k == 4));
+          const bool actor = i == 1;
+          CHECK(d->local_found_inf == (d->k == 4 && (rank == 1 || actor)));
+          const std::vector<std::int32_t> by =
+              actor ? std::vector<std::int32_t>{0, 1} : std::vector<std::int32_t>{1};
+          CHECK(d->found_by == (d->k == 4 ? by : std::vector<std::int32_t>{}));
+        }
+      CHECK(reports == 10);
+      // GradScaler::last_overflow() names it too.
+      const std::string named =
+          i == 1 ? "last_overflow 4 ranks 0 1\n" : "last_overflow 4 ranks 1\n";
+      CHECK_MESSAGE(r.ranks[rank].find(named) != std::string::npos, r.ranks[rank]);
+      const LayerReport layers = layer_overflows(t);
+      REQUIRE(layers.ranks.size() == (i == 1 ? 2 : 1));
+      CHECK(layers.ranks.back() == std::pair<std::int32_t, std::int64_t>{1, 1});
+    }
   }
 }
 

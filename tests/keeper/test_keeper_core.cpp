@@ -135,3 +135,36 @@ TEST_CASE("every rule's UpdateApplied says below_one exactly while its scale is 
     }
   }
 }
+
+TEST_CASE("the collapse guard's view rides on UpdateApplied and ScaleReply at the exact update") {
+  // 8 -> 4 -> 2 -> 1 -> 0.5 -> 0.25 (overflows 0 to 4), then clean steps; the guard trips at the
+  // third backoff in a row (k = 2) and stays tripped while the scale is below 0.5.
+  const auto o =
+      GradScalerOptions().init_scale(8).growth_interval(100).collapse_backoffs(3).collapse_below(
+          0.5);
+  KeeperRig rig(o, ScalePolicy::exact);
+  const peer_id m = rig.peer("monitor");
+  rig.send("monitor", Subscribe{m});
+  rig.send("t", ScaleRequest{0});
+  for (iteration_t k = 0; k < 8; ++k) {
+    rig.send("o", UnscaleDone{k, 1, k <= 4, 1.0f});
+    rig.send("t", UpdateScale{k, 1});
+    rig.send("t", ScaleRequest{k + 1});
+  }
+  REQUIRE(rig.pushes().size() == 8);
+  const std::int64_t in_row[] = {1, 2, 3, 4, 5, 0, 0, 0};
+  const bool collapsing[] = {false, false, true, true, true, true, true, true};
+  for (std::size_t i = 0; i < 8; ++i) {
+    CAPTURE(i);
+    const UpdateApplied& a = rig.pushes()[i];
+    CHECK(a.guard.backoffs_in_row == in_row[i]);
+    CHECK(a.guard.collapsing == collapsing[i]);
+    // The reply to ScaleRequest{k + 1} describes the same scale.
+    const auto& reply = std::get<ScaleReply>(rig.replies("t")[i + 1]);
+    CHECK(reply.scale == a.scale);
+    CHECK(reply.guard == a.guard);
+  }
+  CHECK_FALSE(std::get<ScaleReply>(rig.replies("t")[0]).guard.collapsing);  // the initial scale
+  rig.send("t", SetScale{8, 64.0});  // a scale the user chose: the guard starts again
+  CHECK(rig.pushes().back().guard == ScaleGuard{0, false});
+}

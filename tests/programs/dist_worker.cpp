@@ -41,6 +41,7 @@ struct Settings {
   double init_scale = 1024;
   bool defer = false;
   bool fused = false, overlap = false;  // FusedSGD; overlap_backward (with --fused)
+  bool print_overflow = false;          // a "last_overflow K ranks R..." line after training
   double clip = 0;                      // clip_grad_norm (0: none)
   std::int64_t bucket_bytes = 256;      // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
@@ -65,6 +66,7 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_flag("--defer", s.defer, "defer_grad_move and swap_weights");
   app.add_flag("--fused", s.fused, "pipeline: ampactor::optim::FusedSGD instead of torch's SGD");
   app.add_flag("--overlap", s.overlap, "pipeline: overlap_backward (needs --fused, staleness 0)");
+  app.add_flag("--print-overflow", s.print_overflow, "print the scaler's last_overflow()");
   app.add_option("--clip", s.clip, "pipeline: clip_grad_norm's max_norm");
   app.add_option("--bucket-bytes", s.bucket_bytes, "overlap_backward's bucket_bytes");
   app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
@@ -275,6 +277,14 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
   std::ofstream out(s.out + "/rank" + std::to_string(rank) + ".txt");
   Worker worker{s, rank, shards, ranks, net, st, out};
   worker.train();
+  // The newest overflow as this rank's scaler reports it, with the ranks that found it.
+  if (s.print_overflow && !st.local)
+    if (auto o = st.actor->last_overflow()) {
+      out << "last_overflow " << o->iteration << " ranks";
+      for (auto r : o->ranks)
+        out << " " << r;
+      out << "\n";
+    }
   worker.write_params();
   // The second buffers' size: nonzero once a bucket was stepped during backward.
   if (s.overlap) out << "overlap_bytes " << st.pipe->overlap_bytes() << "\n";

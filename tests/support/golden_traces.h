@@ -40,18 +40,28 @@ struct GoldenRig {
         if (auto* s = std::get_if<ScaleReply>(&r->msg)) scale_of[s->k] = s->scale;
   }
   void anon(KeeperInput m) { send(trace_anonymous, std::move(m)); }
-  /// One optimizer's report for iteration k, with the scale the trainer was given for k, and the
-  /// gradients' size when measured (dtype_max 0: not).
+  /// One optimizer's report for iteration k, with the scale the trainer was given for k, the
+  /// gradients' size when measured (dtype_max 0: not), and which gradients (and ranks) held the
+  /// inf or NaN (version 7).
   void report(const std::string& opt, iteration_t k, optimizer_id id, bool inf, double grad_max = 0,
-              double dtype_max = 0) {
-    send(opt, UnscaleDone{k, id, inf, scale_of.at(k), grad_max, dtype_max, inf});
+              double dtype_max = 0, std::vector<OverflowTensor> overflow = {},
+              std::vector<std::int32_t> found_by = {}) {
+    send(opt, UnscaleDone{k, id, inf, scale_of.at(k), grad_max, dtype_max, inf, std::move(overflow),
+                          std::move(found_by)});
   }
 };
 
 /// exact policy, one optimizer, overflows at 4, 5 and 9; the trainer subscribes, sends
 /// UpdateScale{k} and ScaleRequest{k+1} before the optimizer reports k (so the request waits), and
 /// asks up_to_date and immediate getters mid-run. The reports carry fp16 gradient sizes (version
-/// 5): 20000 + 4000 k, so a doubled scale would overflow from k = 4 on.
+/// 5): 20000 + 4000 k, so a doubled scale would overflow from k = 4 on; and which gradients held
+/// the inf or NaN (version 7): fc1.weight inf at 4, 5 and 9, fc2.bias NaN at 5.
+inline std::vector<OverflowTensor> golden_overflow_at(iteration_t k) {
+  std::vector<OverflowTensor> out;
+  if (k == 4 || k == 5 || k == 9) out.push_back({"fc1.weight", 0, true, false, 0.5});
+  if (k == 5) out.push_back({"fc2.bias", 3, false, true, 0.25});
+  return out;
+}
 inline void golden_overflow_exact(std::shared_ptr<TraceSink> sink) {
   const auto o = GradScalerOptions().init_scale(1024).growth_interval(3);
   GoldenRig r(o, ScalePolicy::exact, std::move(sink));
@@ -62,7 +72,8 @@ inline void golden_overflow_exact(std::shared_ptr<TraceSink> sink) {
     if (k == 6) r.send(r.trainer, GetParams{true});
     r.send(r.trainer, ScaleRequest{k + 1});
     if (k == 7) r.send(r.trainer, GetParams{false});
-    r.report(r.opt1, k, 7001, k == 4 || k == 5 || k == 9, 20000.0 + 4000.0 * double(k), 65504);
+    r.report(r.opt1, k, 7001, k == 4 || k == 5 || k == 9, 20000.0 + 4000.0 * double(k), 65504,
+             golden_overflow_at(k));
   }
   r.send(r.trainer, GetStateDict{});
 }
@@ -167,6 +178,32 @@ inline void golden_peer_rule(RuleKind kind, std::shared_ptr<TraceSink> sink) {
   r.send(r.trainer, GetStateDict{});
 }
 
+/// exact policy with the scale-collapse guard set (version 7: the header's guard, ScaleReply's and
+/// UpdateApplied's backoffs_in_row and collapsing), as rank 1 of a data-parallel run recorded it:
+/// overflows at 2 to 6 (its own check found them, in out.weight), so the third backoff in a row (k
+/// = 4) trips the guard and the scale falls below 0.5 at 6; it stays collapsing while below, until
+/// update(new_scale) at 9 resets it.
+inline void golden_collapse_guard(std::shared_ptr<TraceSink> sink) {
+  const auto o =
+      GradScalerOptions().init_scale(8).growth_interval(100).collapse_backoffs(3).collapse_below(
+          0.5);
+  GoldenRig r(o, ScalePolicy::exact, std::move(sink));
+  r.send(r.trainer, ScaleRequest{0});
+  for (iteration_t k = 0; k < 11; ++k) {
+    const bool inf = k >= 2 && k <= 6;
+    if (k == 9) {
+      r.anon(SetScale{k, 1024.0});
+    } else {
+      r.report(r.opt1, k, 3, inf, inf ? 0.0 : 1000.0, 65504,
+               inf ? std::vector<OverflowTensor>{{"out.weight", 4, true, false, 12.5}}
+                   : std::vector<OverflowTensor>{},
+               inf ? std::vector<std::int32_t>{1} : std::vector<std::int32_t>{});
+      r.anon(UpdateScale{k, 1});
+    }
+    r.send(r.trainer, ScaleRequest{k + 1});
+  }
+}
+
 struct Golden {
   const char* file;
   std::function<void(std::shared_ptr<TraceSink>)> make;
@@ -184,7 +221,8 @@ inline std::vector<Golden> golden_traces() {
       {"colossalai_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::colossalai, s); }, 5},
       {"keras_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::keras, s); }, 5},
       {"tf_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::tf, s); }, 5},
-      {"jmp_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::jmp, s); }, 5}};
+      {"jmp_rule_exact.jsonl", [](auto s) { golden_peer_rule(RuleKind::jmp, s); }, 5},
+      {"collapse_guard_exact.jsonl", golden_collapse_guard, 7}};
 }
 
 }  // namespace ampactor::test

@@ -115,12 +115,12 @@ TEST_CASE("bad traces: a clear error with the line number") {
     }
   }
   SUBCASE("unsupported schema version") {
-    const TraceError e = read_error(with(0, "\"version\":6", "\"version\":7"));
+    const TraceError e = read_error(with(0, "\"version\":7", "\"version\":8"));
     CHECK(e.line() == 1);
-    CHECK(std::string(e.what()).find("unsupported trace schema version 7") != std::string::npos);
+    CHECK(std::string(e.what()).find("unsupported trace schema version 8") != std::string::npos);
   }
   SUBCASE("a version 2 message in a version 1 trace") {
-    const TraceError e = read_error(with(0, "\"version\":6", "\"version\":1"));
+    const TraceError e = read_error(with(0, "\"version\":7", "\"version\":1"));
     CHECK(e.line() > 1);
     CHECK(std::string(e.what()).find("UpdateScale") != std::string::npos);
   }

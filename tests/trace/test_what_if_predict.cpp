@@ -166,7 +166,9 @@ TEST_CASE("each peer rule's golden trace follows the thread-free rule update by 
   int rules = 0;
   for (const auto& g : test::golden_traces()) {
     // The per-rule scenarios (golden_peer_rule); deepspeed's has its own (a halt, a resume).
-    if (g.since < 5 || std::string(g.file) == "deepspeed_rule_exact.jsonl") continue;
+    if (g.since < 5 || std::string(g.file) == "deepspeed_rule_exact.jsonl" ||
+        std::string(g.file) == "collapse_guard_exact.jsonl")
+      continue;
     CAPTURE(g.file);
     const Trace t = read_trace(golden(g.file).string());
     CHECK(t.header.opts.rule() != RuleKind::torch);

@@ -77,7 +77,8 @@ class JobContext {
   /// as unscale_ is. Enabled only.
   bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
                            bool local_found, bool found, GradSize size,
-                           std::vector<std::pair<double, at::Tensor>> absmax);
+                           std::vector<std::pair<double, at::Tensor>> absmax,
+                           std::vector<std::int32_t> found_by = {});
   /// Clipping by the global 2-norm after this job's unscale or check and before the step
   /// (StepTracker::clip_grad_norm_, with this job's scale). With the scaler disabled, the
   /// masters' grads are clipped as torch's clip_grad_norm_ would. Returns the total norm (NaN
@@ -96,23 +97,26 @@ class JobContext {
 
  protected:
   /// permit: what the job may unscale (UnscalePermit).
-  JobContext(iteration_t k, float scale, bool enabled, UnscalePermit permit, caf::actor_id runner,
-             StepTracker& tracker);
+  JobContext(iteration_t k, float scale, ScaleGuard guard, bool enabled, UnscalePermit permit,
+             caf::actor_id runner, StepTracker& tracker);
   virtual ~JobContext();
   /// found_inf: agreed across the ranks, if any; local_found_inf: this rank's own. size: how large
-  /// the gradients were (StepTracker::grad_size).
+  /// the gradients were (StepTracker::grad_size); found_by: the ranks that found it.
   virtual void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf,
-                              const GradSize& size) = 0;
+                              const GradSize& size, std::vector<std::int32_t> found_by) = 0;
   virtual void report_step(const StepResult& r) = 0;
-  /// An unscale or check of `opt` found inf or NaN (after report_unscale), while its gradients
-  /// are as checked: where the overflow report is made. No-op by default.
+  /// An unscale or check of `opt` found inf or NaN (just before report_unscale), while its
+  /// gradients are as checked: where the overflow report is made. No-op by default.
   virtual void found_overflow(const torch::optim::Optimizer& opt) { (void)opt; }
 
  private:
   void refuse_late_unscale(const torch::optim::Optimizer& opt) const;
+  /// found_overflow (when found), then report_unscale.
+  void report(const torch::optim::Optimizer& opt, optimizer_id id, bool found, bool local_found);
 
   iteration_t k_;
   float scale_;
+  ScaleGuard guard_;
   bool enabled_;
   UnscalePermit permit_;
   caf::actor_id runner_;

@@ -24,6 +24,8 @@ struct OverflowReport {
   std::int64_t iteration = 0;           // the iteration (the first is 0)
   double scale = 0;                     // the scale the gradients were made at
   std::vector<OverflowTensor> tensors;  // by parameter index (then name, with several optimizers)
+  /// Data parallel: the ranks whose own check found inf or NaN (empty without ranks).
+  std::vector<std::int32_t> ranks = {};
   /// "iteration 7, scale 65536: fc1.weight held inf (its neighbours' largest finite |grad| ...)"
   std::string str() const;
 };

@@ -59,6 +59,9 @@ class ScaleState {
   UpdateOutcome update(bool found_inf);
   /// Backoffs since the last update that did not back off or absorb an overflow.
   std::int64_t backoffs_in_row() const { return backoffs_in_row_; }
+  /// The collapse guard's condition holds for the current scale: collapse_backoffs backoffs in a
+  /// row, or a scale below collapse_below (every time, where the warning is said once).
+  bool collapsing() const;
   /// An overflow that is not backed off again (the lagged policy's second report of one event):
   /// the tracker restarts, the scale stays. Requires initialized().
   void reset_tracker() { tracker_ = 0; }

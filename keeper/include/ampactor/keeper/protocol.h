@@ -29,10 +29,22 @@ enum class ScalePolicy : std::uint8_t { exact, lagged };
 struct ScaleRequest {
   iteration_t k = 0;
 };
+/// The scale-collapse guard's view of one scale (GradScalerOptions::collapse_backoffs,
+/// collapse_below): the backoffs in a row that led to it, and whether that many backoffs or a
+/// scale that low trips the guard. The guard warns (or raises) once; this says it every time.
+struct ScaleGuard {
+  std::int64_t backoffs_in_row = 0;
+  bool collapsing = false;
+  bool operator==(const ScaleGuard& o) const {
+    return backoffs_in_row == o.backoffs_in_row && collapsing == o.collapsing;
+  }
+};
+
 /// keeper -> trainer.
 struct ScaleReply {
   iteration_t k = 0;
   float scale = 0;
+  ScaleGuard guard = {};  // of this scale
 };
 
 /// optimizer -> keeper, after the fused unscale + check of iteration k for one optimizer.
@@ -50,6 +62,11 @@ struct UnscaleDone {
   /// Data parallel: this rank's own found_inf; found_inf and grad_max are then the ranks' agreed
   /// (largest) values. Without ranks it equals found_inf.
   bool local_found_inf = false;
+  /// Which gradients held inf or NaN (where the path attributes them; empty when clean), and,
+  /// with data parallel, the ranks whose own check found one. The keeper does not use them;
+  /// traces record them.
+  std::vector<OverflowTensor> overflow = {};
+  std::vector<std::int32_t> found_by = {};
 };
 
 /// optimizer -> trainer and subscribers: what became of one optimizer's step in iteration k.
@@ -59,6 +76,7 @@ struct StepResult {
   bool found_inf = false;
   bool skipped = false;
   float scale_used = 0;
+  ScaleGuard guard = {};  // of scale_used: collapsing says the scale-collapse guard had tripped
 };
 
 /// trainer -> keeper, never waits: apply the update rule to iteration k once `unscales`
@@ -142,6 +160,7 @@ struct StepJob {
   std::function<void()> fn;
   std::uint64_t epoch = 0;
   UnscalePermit permit = UnscalePermit::any();
+  ScaleGuard guard = {};  // of scale (for the StepResults)
 };
 
 /// optimizer -> trainer: a job ran to the end. unscales: how many UnscaleDone{k} it sent.
@@ -161,7 +180,9 @@ struct IterationDone {
   std::int32_t cancelled_jobs = 0;
   /// The gradients that held inf or NaN, named (GradScaler::name_parameters), where an unscale
   /// found one and its path attributes (empty otherwise).
-  std::vector<OverflowTensor> overflow;
+  std::vector<OverflowTensor> overflow = {};
+  /// Data parallel: the ranks whose own check found the overflow (empty without ranks).
+  std::vector<std::int32_t> overflow_ranks = {};
   /// Some optimizer skipped its step.
   bool skipped() const {
     for (const auto& s : steps)
@@ -187,6 +208,7 @@ struct UpdateApplied {
   /// The scale after this update is below 1: the loss is scaled down, not up (torch's rule has
   /// no floor, pytorch issue #99640; set a min_scale to keep it from there).
   bool below_one = false;
+  ScaleGuard guard = {};  // of the scale after this update
 };
 
 /// The keeper's parameters, as the getters report them.

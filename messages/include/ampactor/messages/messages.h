@@ -28,22 +28,26 @@ using trainer_actor = caf::typed_actor<caf::reacts_to<StepResult>,     //
 
 // ---- inspect: one free function per message ----
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ScaleGuard& x) {
+  return f(caf::meta::type_name("ScaleGuard"), x.backoffs_in_row, x.collapsing);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScaleRequest& x) {
   return f(caf::meta::type_name("ScaleRequest"), x.k);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScaleReply& x) {
-  return f(caf::meta::type_name("ScaleReply"), x.k, x.scale);
+  return f(caf::meta::type_name("ScaleReply"), x.k, x.scale, x.guard);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UnscaleDone& x) {
   return f(caf::meta::type_name("UnscaleDone"), x.k, x.optimizer, x.found_inf, x.scale_used,
-           x.grad_max, x.dtype_max, x.local_found_inf);
+           x.grad_max, x.dtype_max, x.local_found_inf, x.overflow, x.found_by);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, StepResult& x) {
   return f(caf::meta::type_name("StepResult"), x.k, x.optimizer, x.found_inf, x.skipped,
-           x.scale_used);
+           x.scale_used, x.guard);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateScale& x) {
@@ -60,7 +64,7 @@ typename Inspector::result_type inspect(Inspector& f, SetScale& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, UpdateApplied& x) {
   return f(caf::meta::type_name("UpdateApplied"), x.k, x.scale, x.growth_tracker, x.found_inf,
-           x.backed_off, x.grew, x.abandoned, x.halted, x.below_one);
+           x.backed_off, x.grew, x.abandoned, x.halted, x.below_one, x.guard);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ScaleParams& x) {
@@ -117,7 +121,7 @@ typename Inspector::result_type inspect(Inspector& f, OverflowTensor& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, IterationDone& x) {
   return f(caf::meta::type_name("IterationDone"), x.k, x.steps, x.failed, x.error_code,
-           x.error_text, x.cancelled_jobs, x.overflow);
+           x.error_text, x.cancelled_jobs, x.overflow, x.overflow_ranks);
 }
 // StepJob carries a closure: it travels in-process only (see the end of this file).
 

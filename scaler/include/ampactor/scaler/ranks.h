@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,12 @@ class RankGroup {
   /// ranks' values. Waits for every rank (within the timeout).
   virtual void require_same(const std::string& what, const std::string& text) = 0;
 };
+
+/// The values the ranks agree on for one check, as all_max takes them: found_inf, the largest
+/// gradient size, then one flag per rank (each rank sets its own), so every rank learns which
+/// ranks found inf or NaN in the same collective.
+std::vector<float> agreement_values(const RankGroup& ranks, bool local_found_inf, double grad_max);
+/// The ranks whose flag is set in agreed values.
+std::vector<std::int32_t> ranks_that_found(const std::vector<float>& agreed);
 
 }  // namespace ampactor

@@ -83,6 +83,8 @@ struct OptimizerRecord {
   /// With ranks: the largest gradient size of all ranks (grad_size() returns it).
   bool agreed = false;
   GradSize agreed_size;
+  /// With ranks: the ranks whose own check found inf or NaN (agreed in the same collective).
+  std::vector<std::int32_t> found_by;
   bool any_found_inf() const;
   /// Reads `absmax` (a device sync, as any_found_inf is).
   GradSize grad_size() const;
@@ -145,11 +147,12 @@ class StepTracker {
   /// The overlapped-backward pipeline's record with ranks: the gradients were moved into the
   /// masters' grads (move_measured) and averaged bucket by bucket, found_inf and the size
   /// agreed in the same collectives. local_found: this rank's own; found and size: the agreed
-  /// ones (no collective here). The step reads the masters' grads and writes `weights`. Same
-  /// stage rules as unscale_. Returns found.
+  /// ones (no collective here), found_by the ranks that found it. The step reads the masters'
+  /// grads and writes `weights`. Same stage rules as unscale_. Returns found.
   bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
                            bool local_found, bool found, GradSize size,
-                           std::vector<std::pair<double, at::Tensor>> absmax);
+                           std::vector<std::pair<double, at::Tensor>> absmax,
+                           std::vector<std::int32_t> found_by = {});
   /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. A fused optimizer
@@ -167,6 +170,8 @@ class StepTracker {
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
   /// This rank's own found_inf (equal to found_inf without ranks).
   std::optional<bool> local_found_inf(const torch::optim::Optimizer& opt) const;
+  /// With ranks: the ranks whose own check of `opt` found inf or NaN (empty without).
+  std::vector<std::int32_t> found_by(const torch::optim::Optimizer& opt) const;
   /// Whether unscale_ recorded inf checks for `opt` (false when it had no gradients: torch then
   /// records none, and update() with nothing else raises "No inf checks ... prior to update").
   bool has_inf_checks(const torch::optim::Optimizer& opt) const;
@@ -188,10 +193,11 @@ class StepTracker {
   Unscaled check_grads(torch::optim::Optimizer& opt) const;
   /// Records the local found_inf and, with ranks, agrees found_inf and the size across them.
   void agree(OptimizerRecord& rec) const;
-  /// rec's own found_inf (recorded as local) and size, as the two values the ranks agree on.
-  GradSize local_values(OptimizerRecord& rec, float* v) const;
+  /// rec's own found_inf (recorded as local) and size, as the values the ranks agree on
+  /// (agreed_values() of them).
+  GradSize local_values(OptimizerRecord& rec, std::vector<float>& v) const;
   /// Installs the agreed values in rec.
-  void apply_agreed(OptimizerRecord& rec, const float* v, const GradSize& size) const;
+  void apply_agreed(OptimizerRecord& rec, const std::vector<float>& v, const GradSize& size) const;
 
   bool allow_fp16_grads_;
   std::shared_ptr<RankGroup> ranks_;

@@ -102,4 +102,39 @@ std::pair<bool, WhatIfBasis> found_inf_at(const UnscaleDone& recorded, float sca
 /// The rows as CSV, with a header line.
 std::string what_if_csv(const WhatIfResult& r);
 
+/// One gradient's overflows over a trace, by name (schema 7 records them: UnscaleDone.overflow).
+struct LayerOverflows {
+  std::string name;
+  std::int64_t iterations = 0;  // iterations in which it held inf or NaN
+  std::int64_t inf = 0;         // of them, those with inf
+  std::int64_t nan = 0;         // and those with NaN
+  iteration_t first = -1, last = -1;
+  /// With a what-if: of `iterations`, those in which it still overflows at the what-if scale (at
+  /// least the recorded one: what made the inf or NaN makes it again), and those that cannot be
+  /// told (a smaller scale: how large the inf elements' values would have been is not known).
+  std::int64_t still = 0;
+  std::int64_t unknown = 0;
+};
+
+struct LayerReport {
+  std::vector<LayerOverflows> layers;  // most iterations first, then by name
+  /// Iterations whose unscale found inf or NaN, and of them those without a named gradient (a
+  /// path that does not attribute, or a trace older than schema 7).
+  std::int64_t overflow_iterations = 0;
+  std::int64_t unattributed = 0;
+  /// Data parallel: each rank whose own check found inf or NaN, with the number of iterations.
+  std::vector<std::pair<std::int32_t, std::int64_t>> ranks;
+  /// Counted against a what-if (still and unknown are set).
+  bool what_if = false;
+  /// Iterations of the trace beyond a what-if that halted (not counted in still or unknown).
+  std::int64_t beyond_halt = 0;
+};
+
+/// Per-layer overflow counts of a trace; with `what_if` (what_if(trace, settings) of the same
+/// trace), also which layers would still have overflowed at its scales.
+LayerReport layer_overflows(const Trace& trace, const WhatIfResult* what_if = nullptr);
+
+/// The layers as CSV, with a header line (still and unknown empty without a what-if).
+std::string layer_csv(const LayerReport& r);
+
 }  // namespace ampactor

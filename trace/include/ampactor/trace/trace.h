@@ -22,11 +22,13 @@
 
 namespace ampactor {
 
-/// The schema version written in every header. Version 5's UnscaleDone carries the gradients' size
-/// (grad_max, dtype_max); version 4 added the update rule; version 3 ends a complete trace with a
-/// trailer line ({"end":"ampactor","events":N}). Versions 1 to 4 are read too
-/// (doc/reference/trace-format.md).
-inline constexpr int trace_schema_version = 6;
+/// The schema version written in every header. Version 7 records which gradients overflowed
+/// (UnscaleDone.overflow, found_by) and the scale-collapse guard (ScaleReply and UpdateApplied,
+/// the header's guard); version 6 the ranks' own found_inf; version 5's UnscaleDone carries the
+/// gradients' size (grad_max, dtype_max); version 4 added the update rule; version 3 ends a
+/// complete trace with a trailer line ({"end":"ampactor","events":N}). Versions 1 to 6 are read
+/// too (doc/reference/trace-format.md).
+inline constexpr int trace_schema_version = 7;
 
 /// First line of a trace: what a fresh keeper needs to be rebuilt.
 struct TraceHeader {
