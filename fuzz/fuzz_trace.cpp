@@ -42,6 +42,12 @@ void exercise(const ampactor::Trace& t) {
     if (w.uncertain < 0 || std::size_t(w.uncertain) > w.rows.size())
       broken("what-if counts more uncertain rows than it has");
     (void)ampactor::what_if_csv(w);
+    // Per layer: every overflowing iteration of a layer is still, unknown or past a halt.
+    const ampactor::LayerReport l = ampactor::layer_overflows(t, &w);
+    for (const auto& x : l.layers)
+      if (x.still + x.unknown > x.iterations || x.inf + x.nan < x.iterations)
+        broken("a layer's what-if counts exceed its overflowing iterations");
+    (void)ampactor::layer_csv(l);
   }
 }
 

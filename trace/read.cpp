@@ -163,6 +163,10 @@ void check_event(const TraceEvent& e, const std::string& type) {
   if (auto* d = std::get_if<UnscaleDone>(&e.msg))
     if (!d->found_inf && (!d->overflow.empty() || !d->found_by.empty()))
       throw Bad("UnscaleDone: overflow or found_by without found_inf");
+  if (auto* d = std::get_if<UnscaleDone>(&e.msg))
+    for (std::size_t i = 0; i < d->overflow.size(); ++i)
+      if (!d->overflow[i].inf && !d->overflow[i].nan)
+        throw Bad("UnscaleDone.overflow[" + std::to_string(i) + "]: neither inf nor nan");
   if (is_keeper_input(e.msg) ? e.to != trace_keeper : e.from != trace_keeper)
     throw Bad(type + (is_keeper_input(e.msg) ? " must go to" : " must come from") + " \"keeper\"");
 }

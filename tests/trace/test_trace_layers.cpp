@@ -145,6 +145,10 @@ TEST_CASE("schema 7's fields are refused where inconsistent or in an older versi
   CHECK(refusal(trace_with_unscale(R"("found_inf":true,"local_found_inf":true,)"
                                    R"("overflow":[{"name":"w"}],"found_by":[])"))
             .find("UnscaleDone.overflow[0]: missing field \"index\"") != std::string::npos);
+  CHECK(refusal(trace_with_unscale(R"("found_inf":true,"local_found_inf":true,"overflow":[)"
+                                   R"({"name":"w","index":0,"inf":false,"nan":false,)"
+                                   R"("neighbours_max":1.0}],"found_by":[])"))
+            .find("overflow[0]: neither inf nor nan") != std::string::npos);
   // A guard in a version 6 header: that version had none.
   auto lines = lines_of(slurp(golden("v6/overflow_exact.jsonl")));
   const std::string head = lines[0].substr(0, lines[0].size() - 2) +
