@@ -6,6 +6,7 @@
 #include "internal/grad_scaler_impl.h"
 #include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
+#include "internal/shard_state.h"
 
 #include <caf/atom.hpp>
 #include <caf/scoped_actor.hpp>
@@ -84,7 +85,24 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   }
   const at::Device master_device =
       options_.master_device().value_or(model_.empty() ? at::Device(at::kCPU) : model_[0].device());
-  for (std::size_t i = 0; i < model_.size(); ++i) {
+  if (options_.shard_optimizer_state()) {
+    const char* why = !scaler.options().ranks()
+                          ? "needs data-parallel ranks (GradScalerOptions::ranks)"
+                      : options_.swap_weights() || options_.defer_grad_move()
+                          ? "does not work with swap_weights or defer_grad_move yet"
+                      : offload_                    ? "does not work with master_device yet"
+                      : options_.overlap_backward() ? "does not work with overlap_backward yet"
+                                                    : nullptr;
+    if (why)
+      throw ScalerError(errc::bad_option,
+                        std::string("AsyncOptimizer: shard_optimizer_state ") + why);
+    shard_ = std::make_unique<internal::ShardedState>(model_, scaler.options().ranks(),
+                                                      options_.optim_dtype());
+    masters_ = shard_->masters();
+    for (const at::Tensor& m : masters_)
+      master_impls_.insert(m.unsafeGetTensorImpl());
+  }
+  for (std::size_t i = 0; i < model_.size() && !shard_; ++i) {
     const at::Tensor& p = model_[i];
     masters_.push_back(p.detach()
                            .to(master_device, options_.optim_dtype(), /*non_blocking=*/false,
@@ -140,6 +158,7 @@ void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
 }
 
 void AsyncOptimizer::copy_to_model() {
+  if (shard_) return shard_->gather_into(model_);  // a collective: every rank copies in turn
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i)
     model_[i].detach().copy_(masters_[i]);
@@ -191,6 +210,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   warn_uncleared_grads();
   behind_ = options_.staleness() == 1;
   if (overlap_) return step_overlap(opt, std::move(fn));  // it clips with the buckets' measures
+  if (shard_) return step_sharded(opt, std::move(fn));    // it clips with the whole gradient
   fn = clipping(opt, std::move(fn));
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();

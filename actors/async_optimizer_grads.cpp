@@ -5,6 +5,7 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
+#include "internal/shard_state.h"
 
 #include <cmath>
 #include <iostream>
@@ -72,7 +73,19 @@ AsyncOptimizer& AsyncOptimizer::name_parameters(
       throw ScalerError(errc::bad_parameters, "AsyncOptimizer::name_parameters: '" + item.key() +
                                                   "' is not one of the model's parameters the "
                                                   "pipeline was built on; nothing was named");
-    masters.insert(item.key(), masters_[i]);
+    if (!shard_) {
+      masters.insert(item.key(), masters_[i]);
+      continue;
+    }
+    // Sharded: this rank's pieces of it, "name" when whole, else "name[first:end]".
+    const auto& pieces = shard_->pieces();
+    for (std::size_t j = 0; j < pieces.size(); ++j)
+      if (pieces[j].param == i)
+        masters.insert(pieces[j].length == model_[i].numel()
+                           ? item.key()
+                           : item.key() + "[" + std::to_string(pieces[j].offset) + ":" +
+                                 std::to_string(pieces[j].offset + pieces[j].length) + "]",
+                       masters_[j]);
   }
   scaler().name_parameters(masters);
   return *this;

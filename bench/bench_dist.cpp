@@ -54,6 +54,9 @@ class TimedRanks final : public RankGroup {
     in_->average(t, v, n);
     ms.push_back(bench::ms_since(t0));
   }
+  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
+    in_->all_gather(mine, gathered);
+  }
   void fail(const std::string& why) noexcept override { in_->fail(why); }
   void require_same(const std::string& w, const std::string& t) override {
     in_->require_same(w, t);

@@ -6,6 +6,7 @@
 #include "watch.h"
 
 #include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 
 #include <algorithm>
@@ -206,6 +207,29 @@ class C10dRanks final : public RankGroup {
     });
     if (slots.defined()) read_maxima(slots, carrier, max_values, n, size_);
     unflatten_mean(buckets, tensors, size_);
+  }
+
+  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
+    refuse_after_failure();
+    const std::int64_t n = mine.numel();
+    if (mine.scalar_type() != at::kByte || mine.dim() != 1 || !mine.is_contiguous() ||
+        gathered.scalar_type() != at::kByte || gathered.numel() != n * size_)
+      throw ScalerError(errc::protocol_misuse,
+                        "RankGroup::all_gather: a contiguous 1-D kByte tensor per rank into one "
+                        "of size() times its length");
+    at::Tensor in = cuda_ ? mine.to(at::kCUDA) : mine;
+    at::Tensor out = cuda_ ? at::empty({n * size_}, in.options()) : gathered;
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < size_; ++r)
+      parts.push_back(out.narrow(0, r * n, n));
+    std::vector<std::vector<at::Tensor>> outputs{parts};
+    std::vector<at::Tensor> inputs{in};
+    c10d::AllgatherOptions o;
+    o.timeout = options_.timeout();
+    run("the sharded weights' all-gather",
+        [&] { pg_->allgather(outputs, inputs, o)->wait(options_.timeout()); });
+    // Gloo gathers into the parts it was given (views of `out`), or copies into them.
+    if (cuda_) gathered.copy_(out);
   }
 
   void fail(const std::string& why) noexcept override {

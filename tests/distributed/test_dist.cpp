@@ -175,6 +175,55 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "shard_optimizer_state: bit for bit the unsharded run on 2 and 4 ranks, one rank's inf, "
+    "clipping, each rank keeping 1/N of the masters") {
+  struct Setup {
+    int n;
+    std::vector<std::string> args;
+  };
+  const std::vector<Setup> setups = {
+      {2, {"--staleness", "0", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:5"}},
+      {4, {"--staleness", "1", "--inf-at", "2:4"}},
+      {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}}};
+  for (std::size_t i = 0; i < setups.size(); ++i) {
+    auto args = setups[i].args;
+    const int n = setups[i].n;
+    CAPTURE(n);
+    CAPTURE(joined(args));
+    for (const std::string a :
+         {"--path", "pipeline", "--model", "mlp", "--steps", "12", "--print-model"})
+      args.push_back(a);
+    auto sharded_args = args;
+    sharded_args.push_back("--shard");
+    const Run plain = launch("unsharded" + std::to_string(i), n, args);
+    const Run sharded = launch("sharded" + std::to_string(i), n, sharded_args);
+    REQUIRE_MESSAGE(plain.code == 0, plain.log);
+    REQUIRE_MESSAGE(sharded.code == 0, sharded.log);
+    auto before = [](const std::string& out) { return out.substr(0, out.find("masters ")); };
+    auto masters = [](const std::string& out) {
+      return std::stoll(out.substr(out.find("masters ") + 8));
+    };
+    const std::int64_t total = masters(plain.ranks[0]);
+    std::int64_t sum = 0;
+    for (int r = 0; r < n; ++r) {
+      CAPTURE(r);
+      // Scales, skips, norms and every weight, bit for bit.
+      CHECK(before(sharded.ranks[std::size_t(r)]) == before(plain.ranks[std::size_t(r)]));
+      const std::int64_t mine = masters(sharded.ranks[std::size_t(r)]);
+      CHECK(mine <= total / n + 1);
+      sum += mine;
+    }
+    CHECK(sum == total);
+    // The run skipped where the inf was.
+    const auto t = trajectory(plain.ranks[0]);
+    int skips = 0;
+    for (const auto& [scale, skipped] : t)
+      skips += skipped;
+    CHECK(skips == 1);
+  }
+}
+
+TEST_CASE(
     "a rank killed with SIGKILL makes every other rank fail naming it, within its 8 s timeout and "
     "the start-up") {
   const Run r = launch(

@@ -17,6 +17,7 @@
 #include <torch/nn/modules/container/functional.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 #include <CLI/CLI.hpp>
 
@@ -42,6 +43,8 @@ struct Settings {
   bool defer = false;
   bool fused = false, overlap = false;  // FusedSGD; overlap_backward (with --fused)
   bool print_overflow = false;          // a "last_overflow K ranks R..." line after training
+  bool shard = false, adam = false;     // shard_optimizer_state; Adam instead of SGD
+  bool print_model = false;             // the "param" lines from the model, not the masters
   double clip = 0;                      // clip_grad_norm (0: none)
   std::int64_t bucket_bytes = 256;      // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
@@ -67,6 +70,9 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_flag("--fused", s.fused, "pipeline: ampactor::optim::FusedSGD instead of torch's SGD");
   app.add_flag("--overlap", s.overlap, "pipeline: overlap_backward (needs --fused, staleness 0)");
   app.add_flag("--print-overflow", s.print_overflow, "print the scaler's last_overflow()");
+  app.add_flag("--shard", s.shard, "pipeline: shard_optimizer_state");
+  app.add_flag("--adam", s.adam, "pipeline: Adam (FusedAdam with --fused) instead of SGD");
+  app.add_flag("--print-model", s.print_model, "the param lines from the model's weights");
   app.add_option("--clip", s.clip, "pipeline: clip_grad_norm's max_norm");
   app.add_option("--bucket-bytes", s.bucket_bytes, "overlap_backward's bucket_bytes");
   app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
@@ -163,10 +169,16 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
                    .swap_weights(s.defer)
                    .defer_grad_move(s.defer)
                    .overlap_backward(s.overlap)
-                   .bucket_bytes(s.bucket_bytes);
+                   .bucket_bytes(s.bucket_bytes)
+                   .shard_optimizer_state(s.shard);
       if (s.clip > 0) o.clip_grad_norm(s.clip);
       st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor, o);
-      if (s.fused)
+      const auto adam = torch::optim::AdamOptions(1.0 / 256);
+      if (s.adam && s.fused)
+        st.opt = std::make_unique<ampactor::optim::FusedAdam>(st.pipe->optim_parameters(), adam);
+      else if (s.adam)
+        st.opt = std::make_unique<torch::optim::Adam>(st.pipe->optim_parameters(), adam);
+      else if (s.fused)
         st.opt = std::make_unique<ampactor::optim::FusedSGD>(st.pipe->optim_parameters(), sgd);
       else
         st.opt = std::make_unique<torch::optim::SGD>(st.pipe->optim_parameters(), sgd);
@@ -254,7 +266,7 @@ struct Worker {
   /// The "param" lines: each parameter's floats in hex (the masters, with a pipeline).
   void write_params() {
     int i = 0;
-    for (auto& p : (st.pipe ? st.pipe->optim_parameters() : net->parameters())) {
+    for (auto& p : (st.pipe && !s.print_model ? st.pipe->optim_parameters() : net->parameters())) {
       out << "param " << i++;
       const at::Tensor t = p.detach().contiguous();
       for (std::int64_t j = 0; j < t.numel(); ++j) {
@@ -286,6 +298,13 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
       out << "\n";
     }
   worker.write_params();
+  // The masters this rank keeps (with --shard, its shard's).
+  if (s.print_model && st.pipe) {
+    std::int64_t n = 0;
+    for (const auto& m : st.pipe->optim_parameters())
+      n += m.numel();
+    out << "masters " << n << "\n";
+  }
   // The second buffers' size: nonzero once a bucket was stepped during backward.
   if (s.overlap) out << "overlap_bytes " << st.pipe->overlap_bytes() << "\n";
   out << "done\n";

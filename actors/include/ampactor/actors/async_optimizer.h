@@ -49,6 +49,7 @@ std::int64_t load_run(const std::string& path, const RunParts& parts);
 namespace internal {
 class HostOffload;
 class OverlapBackward;
+class ShardedState;
 }  // namespace internal
 
 /// Named options: AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true). A setter
@@ -122,6 +123,15 @@ class AsyncOptimizerOptions {
   /// max_norm, step() steps every parameter again from the intact live state with the
   /// coefficient (bit for bit the clipped step without overlap).
   AMPACTOR_ARG(std::optional<double>, clip_grad_norm, std::nullopt);
+  /// Data parallel (GradScalerOptions::ranks) only: each rank keeps the masters, and so the
+  /// optimizer's state, of one contiguous shard of the parameters (ShardLayout: the parameters'
+  /// elements in order, cut into world-size nearly equal ranges; optim_parameters() are this
+  /// rank's pieces, 1-D). The gradients are averaged as without it (the same floats), each rank
+  /// steps its shard, and an all-gather brings the updated weights into every rank's model:
+  /// masters, moments, scales and skips bit for bit those of the unsharded run, with 1/N of the
+  /// masters and state per rank. Staleness 0 and 1, the model on the CPU; not yet with
+  /// swap_weights, defer_grad_move, master_device or overlap_backward (refused).
+  AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
 };
 
 class AsyncOptimizer {
@@ -240,6 +250,8 @@ class AsyncOptimizer {
   void take_spare();
   /// step() with the masters on the CPU and the model on a GPU.
   void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// step() with shard_optimizer_state.
+  void step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// step() with overlap_backward.
   void step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// step_overlap with the model on a GPU and the masters on the CPU.
@@ -261,6 +273,7 @@ class AsyncOptimizer {
   bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
   std::unique_ptr<internal::HostOffload> offload_;      // master_device CPU, the model elsewhere
   std::unique_ptr<internal::OverlapBackward> overlap_;  // overlap_backward
+  std::unique_ptr<internal::ShardedState> shard_;       // shard_optimizer_state
   /// Each model gradient as step() last saw it (a weak reference: its address is not reused)
   /// and its version, to tell gradients never cleared since (warn_uncleared_grads).
   std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> last_grads_;

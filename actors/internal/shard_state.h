@@ -1,0 +1,51 @@
+// AsyncOptimizerOptions::shard_optimizer_state: the masters (and so the optimizer's state) of one
+// contiguous shard of the parameters per rank (ShardLayout), the full-size fp32 gradients the
+// ranks average, and the all-gather that brings every rank's updated shard into every model.
+#pragma once
+
+#include <ampactor/core/shard_layout.h>
+#include <ampactor/scaler/ranks.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace ampactor::internal {
+
+class ShardedState {
+ public:
+  /// model: the model's parameters (contiguous; ScalerError(bad_parameters) otherwise).
+  ShardedState(const std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
+               at::ScalarType optim_dtype);
+
+  const ShardLayout& layout() const { return layout_; }
+  /// This rank's masters, one 1-D tensor per piece of its shard (the optimizer's parameters).
+  const std::vector<at::Tensor>& masters() const { return masters_; }
+  /// Which piece of which parameter each master is.
+  const std::vector<ShardPiece>& pieces() const { return mine_; }
+  /// One per model parameter, in its shape: the grad move writes the ranks' mean fp32 gradient
+  /// into their grad() (they hold no data of their own: a broadcast scalar).
+  const std::vector<at::Tensor>& holders() const { return holders_; }
+  /// After the move: each master's grad() becomes a view of its piece of the mean gradient.
+  void attach_grads();
+  /// The global 2-norm of the mean gradients, as clip_grad_norm_ over unsharded masters takes it
+  /// (each tensor's norm in fp32, their squares summed in double in parameter order).
+  double grad_norm() const;
+  /// This rank's masters into its pieces of the model's weights, then every rank's pieces into
+  /// every rank's model (one all-gather of bytes). A collective: every rank calls it in turn.
+  void gather_into(std::vector<at::Tensor>& model);
+  /// Bytes of this rank's masters (the optimizer's state is made over them).
+  std::int64_t master_bytes() const;
+
+ private:
+  std::shared_ptr<RankGroup> ranks_;
+  ShardLayout layout_;
+  std::vector<ShardPiece> mine_;
+  std::vector<at::Tensor> masters_, holders_;
+  std::vector<std::int64_t> elem_bytes_;  // each model parameter's element size
+  std::int64_t slot_bytes_ = 0;           // the largest shard in bytes: every rank's slot
+};
+
+}  // namespace ampactor::internal
