@@ -158,7 +158,7 @@ void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
 }
 
 void AsyncOptimizer::copy_to_model() {
-  if (shard_) return shard_->gather_into(model_);  // a collective: every rank copies in turn
+  if (shard_) return shard_->gather(model_);  // a collective: every rank copies in turn
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i)
     model_[i].detach().copy_(masters_[i]);

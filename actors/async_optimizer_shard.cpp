@@ -28,32 +28,30 @@ std::vector<std::int64_t> numels_of(const std::vector<at::Tensor>& model) {
 }
 }  // namespace
 
-ShardedState::ShardedState(const std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
+ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
                            at::ScalarType optim_dtype)
     : ranks_(std::move(ranks)), layout_(numels_of(model), ranks_->size()) {
   at::AutoGradMode no_grad(false);
-  for (std::size_t i = 0; i < model.size(); ++i) {
-    if (!model[i].is_contiguous() || !model[i].device().is_cpu())
+  for (std::size_t i = 0; i < model.size(); ++i)
+    if (!model[i].is_contiguous() || !model[i].device().is_cpu() ||
+        model[i].scalar_type() != model[0].scalar_type())
       throw ScalerError(errc::bad_parameters,
-                        "AsyncOptimizer: shard_optimizer_state needs contiguous parameters on "
-                        "the CPU; model parameter " +
+                        "AsyncOptimizer: shard_optimizer_state needs contiguous parameters of one "
+                        "dtype on the CPU; model parameter " +
                             std::to_string(i) + " is not");
-    elem_bytes_.push_back(std::int64_t(model[i].element_size()));
+  const at::TensorOptions o =
+      model.empty() ? at::TensorOptions(at::kFloat) : model[0].options().requires_grad(false);
+  flat_ = at::zeros({layout_.world() * layout_.slot()}, o);
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    at::Tensor w = view_of(model, i);
+    w.copy_(model[i].detach());
+    model[i].set_data(w);  // the parameter stays the model's; its weights now live in flat_
     holders_.push_back(
         at::zeros({}, model[i].options().dtype(at::kFloat)).expand(model[i].sizes()));
   }
-  for (int r = 0; r < layout_.world(); ++r) {
-    std::int64_t bytes = 0;
-    for (const ShardPiece& s : layout_.pieces(r))
-      bytes += s.length * elem_bytes_[s.param];
-    slot_bytes_ = std::max(slot_bytes_, bytes);
-  }
   mine_ = layout_.pieces(ranks_->rank());
   for (const ShardPiece& s : mine_)
-    masters_.push_back(model[s.param]
-                           .detach()
-                           .reshape({-1})
-                           .narrow(0, s.offset, s.length)
+    masters_.push_back(flat_.narrow(0, layout_.start(s.param) + s.offset, s.length)
                            .to(optim_dtype, /*non_blocking=*/false, /*copy=*/true)
                            .set_requires_grad(true));
 }
@@ -74,38 +72,26 @@ double ShardedState::grad_norm() const {
   return global_norm(grads, 1.0, nullptr);
 }
 
-void ShardedState::gather_into(std::vector<at::Tensor>& model) {
-  at::AutoGradMode no_grad(false);
-  // This rank's pieces, in the model's dtypes, packed as bytes into its slot.
-  at::Tensor mine = at::zeros({slot_bytes_}, at::kByte);
-  std::int64_t at_byte = 0;
-  for (std::size_t j = 0; j < mine_.size(); ++j) {
-    const ShardPiece& s = mine_[j];
-    at::Tensor w = model[s.param].detach().reshape({-1}).narrow(0, s.offset, s.length);
-    w.copy_(masters_[j]);
-    const std::int64_t n = s.length * elem_bytes_[s.param];
-    std::memcpy(mine.data_ptr<std::uint8_t>() + at_byte, w.data_ptr(), std::size_t(n));
-    at_byte += n;
-  }
-  at::Tensor all = at::empty({slot_bytes_ * layout_.world()}, at::kByte);
-  ranks_->all_gather(mine, all);
-  for (int r = 0; r < layout_.world(); ++r) {
-    if (r == ranks_->rank()) continue;
-    const std::uint8_t* from = all.data_ptr<std::uint8_t>() + r * slot_bytes_;
-    for (const ShardPiece& s : layout_.pieces(r)) {
-      at::Tensor w = model[s.param].detach().reshape({-1}).narrow(0, s.offset, s.length);
-      const std::int64_t n = s.length * elem_bytes_[s.param];
-      std::memcpy(w.data_ptr(), from, std::size_t(n));
-      from += n;
-    }
-  }
+at::Tensor ShardedState::view_of(const std::vector<at::Tensor>& model, std::size_t i) const {
+  return flat_.narrow(0, layout_.start(i), model[i].numel()).view(model[i].sizes());
 }
 
-std::int64_t ShardedState::master_bytes() const {
-  std::int64_t b = 0;
-  for (const at::Tensor& m : masters_)
-    b += m.numel() * std::int64_t(m.element_size());
-  return b;
+void ShardedState::gather(std::vector<at::Tensor>& model) {
+  at::AutoGradMode no_grad(false);
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    at::Tensor w = view_of(model, i);
+    if (model[i].data_ptr() == w.data_ptr()) continue;
+    w.copy_(model[i].detach());
+    model[i].set_data(w);
+  }
+  for (std::size_t j = 0; j < mine_.size(); ++j)
+    flat_.narrow(0, layout_.start(mine_[j].param) + mine_[j].offset, mine_[j].length)
+        .copy_(masters_[j]);
+  if (layout_.world() == 1) return;
+  const at::Tensor bytes = flat_.view(at::kByte);
+  const std::int64_t slot = layout_.slot() * std::int64_t(flat_.element_size());
+  at::Tensor all = bytes;
+  ranks_->all_gather(bytes.narrow(0, ranks_->rank() * slot, slot), all);
 }
 
 }  // namespace ampactor::internal

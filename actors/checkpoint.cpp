@@ -5,6 +5,7 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/kernels/fused_step.h>
 #include "internal/host_offload.h"
+#include "internal/shard_state.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -96,8 +97,15 @@ void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
   archive.write("format", c10::IValue(format_version));
   archive.write("staleness", c10::IValue(std::int64_t(options_.staleness())));
   archive.write("weights_behind", c10::IValue(behind_));
+  // Sharded: which rank's shard of which layout these masters are.
+  if (shard_) archive.write("shard", c10::IValue(shard_text()));
   write_list(archive, "masters", masters_);
   if (!spare_.empty()) write_list(archive, "spare", spare_);
+}
+
+std::string AsyncOptimizer::shard_text() const {
+  if (!shard_) return "the whole state (unsharded)";
+  return "rank " + std::to_string(shard_->rank()) + "'s shard (" + shard_->layout().str() + ")";
 }
 
 void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
@@ -113,6 +121,15 @@ AsyncOptimizer::Loaded AsyncOptimizer::checked_load(torch::serialize::InputArchi
            std::to_string(format_version));
   if (!archive.try_read("weights_behind", behind) || !behind.isBool())
     refuse("no 'weights_behind' entry");
+  // A shard loads only into the same rank of the same layout (each rank saves and loads its own).
+  c10::IValue shard;
+  const std::string saved = archive.try_read("shard", shard) && shard.isString()
+                                ? shard.toStringRef()
+                                : "the whole state (unsharded)";
+  if (saved != shard_text())
+    refuse("it holds " + saved + ", this pipeline " + shard_text() +
+           ": with shard_optimizer_state each rank saves and loads its own file, with the same "
+           "ranks");
   // Everything is read and checked before anything changes.
   Loaded l;
   l.masters = read_list(archive, "masters", masters_, true);

@@ -26,6 +26,8 @@ ShardLayout::ShardLayout(std::vector<std::int64_t> numels, int world, std::int64
     starts_.push_back(total_);
     total_ += numels_[i];
   }
+  const std::int64_t granules = total_ / granule_ + (total_ % granule_ != 0);
+  slot_ = (granules / world_ + (granules % world_ != 0)) * granule_;
 }
 
 void ShardLayout::check_rank(int rank) const {
@@ -35,13 +37,8 @@ void ShardLayout::check_rank(int rank) const {
 
 std::int64_t ShardLayout::begin(int rank) const {
   check_rank(rank);
-  // Whole granules split as evenly as integers allow: shard sizes differ by at most one granule
-  // (the last granule may be short).
-  const std::int64_t granules = total_ / granule_ + (total_ % granule_ != 0);
-  const auto first =
-      static_cast<std::int64_t>(static_cast<unsigned __int128>(granules) *
-                                static_cast<unsigned>(rank) / static_cast<unsigned>(world_));
-  return std::min(total_, first * granule_);
+  // Equal slots (the last granule may be short), so that every shard sits at rank x slot.
+  return std::min(total_, std::int64_t(rank) * slot_);
 }
 
 std::int64_t ShardLayout::end(int rank) const {

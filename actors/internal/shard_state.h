@@ -16,11 +16,14 @@ namespace ampactor::internal {
 
 class ShardedState {
  public:
-  /// model: the model's parameters (contiguous; ScalerError(bad_parameters) otherwise).
-  ShardedState(const std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
+  /// model: the model's parameters (contiguous, on the CPU, one dtype; ScalerError(bad_parameters)
+  /// otherwise). They become views of one flat buffer in the layout's order, which the weights'
+  /// all-gather fills in place.
+  ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
                at::ScalarType optim_dtype);
 
   const ShardLayout& layout() const { return layout_; }
+  int rank() const { return ranks_->rank(); }
   /// This rank's masters, one 1-D tensor per piece of its shard (the optimizer's parameters).
   const std::vector<at::Tensor>& masters() const { return masters_; }
   /// Which piece of which parameter each master is.
@@ -33,19 +36,20 @@ class ShardedState {
   /// The global 2-norm of the mean gradients, as clip_grad_norm_ over unsharded masters takes it
   /// (each tensor's norm in fp32, their squares summed in double in parameter order).
   double grad_norm() const;
-  /// This rank's masters into its pieces of the model's weights, then every rank's pieces into
-  /// every rank's model (one all-gather of bytes). A collective: every rank calls it in turn.
-  void gather_into(std::vector<at::Tensor>& model);
-  /// Bytes of this rank's masters (the optimizer's state is made over them).
-  std::int64_t master_bytes() const;
+  /// This rank's masters into its slot of the weights, then every rank's slot into every rank's
+  /// (one all-gather in place). A collective: every rank calls it in turn. A parameter whose
+  /// storage was replaced meanwhile (Module::load sets a loaded tensor's) is first made a view
+  /// of the flat buffer again, holding what it holds.
+  void gather(std::vector<at::Tensor>& model);
 
  private:
   std::shared_ptr<RankGroup> ranks_;
   ShardLayout layout_;
   std::vector<ShardPiece> mine_;
   std::vector<at::Tensor> masters_, holders_;
-  std::vector<std::int64_t> elem_bytes_;  // each model parameter's element size
-  std::int64_t slot_bytes_ = 0;           // the largest shard in bytes: every rank's slot
+  at::Tensor flat_;  // the model's weights: world x slot elements, each rank's shard in its slot
+  /// Parameter i's weights as a view of flat_.
+  at::Tensor view_of(const std::vector<at::Tensor>& model, std::size_t i) const;
 };
 
 }  // namespace ampactor::internal

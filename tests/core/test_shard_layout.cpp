@@ -68,7 +68,7 @@ TEST_CASE("shard layout: contiguous shards in rank order, every element once, ba
   check_covers(l);
 }
 
-TEST_CASE("shard layout: boundaries on granules, sizes within one granule, on random sizes") {
+TEST_CASE("shard layout: equal slots on granules, the rest in the last shards, on random sizes") {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<std::int64_t> numels(1 + rng() % 9);
@@ -78,15 +78,17 @@ TEST_CASE("shard layout: boundaries on granules, sizes within one granule, on ra
     const std::int64_t granule = 1 + std::int64_t(rng() % 300);
     const ShardLayout l(numels, world, granule);
     CAPTURE(l.str());
-    std::int64_t smallest = l.total(), largest = 0;
+    // The slot: the whole granules split evenly, rounded up.
+    const std::int64_t granules = (l.total() + granule - 1) / granule;
+    CHECK(l.slot() == (granules + world - 1) / world * granule);
     for (int r = 0; r < world; ++r) {
       CHECK(l.begin(r) <= l.end(r));
       if (r > 0) CHECK(l.begin(r) == l.end(r - 1));
-      if (l.begin(r) < l.total()) CHECK(l.begin(r) % granule == 0);
-      smallest = std::min(smallest, l.size(r));
-      largest = std::max(largest, l.size(r));
+      CHECK(l.begin(r) == std::min(l.total(), r * l.slot()));
+      CHECK(l.size(r) == std::max<std::int64_t>(0, std::min(l.slot(), l.total() - r * l.slot())));
     }
-    CHECK(largest - smallest <= granule);
+    // Balanced: no shard holds more than a granule more than an even split would.
+    CHECK(l.slot() * world - l.total() < std::int64_t(world) * granule);
     check_covers(l);
     // A pure function: the same inputs, the same layout.
     CHECK(ShardLayout(numels, world, granule) == l);
@@ -94,7 +96,7 @@ TEST_CASE("shard layout: boundaries on granules, sizes within one granule, on ra
 }
 
 TEST_CASE("shard layout: more ranks than granules leaves the last ranks empty, nothing lost") {
-  const ShardLayout l({5}, 4, 2);  // granules of 2: 3 of them for 4 ranks
+  const ShardLayout l({5}, 4, 2);  // granules of 2: 3 of them for 4 ranks, a slot each
   std::int64_t total = 0;
   int empty = 0;
   for (int r = 0; r < 4; ++r) {

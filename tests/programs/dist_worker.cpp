@@ -7,6 +7,7 @@
 // batches, so every gradient, its mean over ranks and its mean over the concatenated batch are
 // exact in fp32 (the runs can be compared bit for bit); "mlp", a tanh MLP (compared across ranks).
 #include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 #include <ampactor/optim/fused.h>
@@ -45,8 +46,12 @@ struct Settings {
   bool print_overflow = false;          // a "last_overflow K ranks R..." line after training
   bool shard = false, adam = false;     // shard_optimizer_state; Adam instead of SGD
   bool print_model = false;             // the "param" lines from the model, not the masters
-  double clip = 0;                      // clip_grad_norm (0: none)
-  std::int64_t bucket_bytes = 256;      // overlap's buckets: a layer's weight or bias each
+  int save_at = -1;                     // pipeline: save the run after this iteration
+  std::string ckpt;                     // ... into CKPT.rank<R>.pt; --resume: load it first
+  bool resume = false;
+  int load_rank = -1;               // --resume from this rank's file instead of one's own
+  double clip = 0;                  // clip_grad_norm (0: none)
+  std::int64_t bucket_bytes = 256;  // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
   int timeout_ms = 20000;
   // Rank 1's own settings (0 or empty: the others').
@@ -73,6 +78,10 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_flag("--shard", s.shard, "pipeline: shard_optimizer_state");
   app.add_flag("--adam", s.adam, "pipeline: Adam (FusedAdam with --fused) instead of SGD");
   app.add_flag("--print-model", s.print_model, "the param lines from the model's weights");
+  app.add_option("--save-at", s.save_at, "pipeline: save_run after this iteration (--ckpt)");
+  app.add_option("--ckpt", s.ckpt, "the checkpoints' path prefix (CKPT.rank<R>.pt)");
+  app.add_flag("--resume", s.resume, "pipeline: load_run from --ckpt first, go on after it");
+  app.add_option("--load-rank", s.load_rank, "--resume from this rank's file (a refusal test)");
   app.add_option("--clip", s.clip, "pipeline: clip_grad_norm's max_norm");
   app.add_option("--bucket-bytes", s.bucket_bytes, "overlap_backward's bucket_bytes");
   app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
@@ -232,6 +241,8 @@ struct Worker {
     const bool throws = s.throw_at.count({rank, k}) > 0;
     st.actor->scale(loss).backward();
     const double scale = st.actor->get_scale();
+    // The scaler's own count (a resumed run's scaler counts from 0 again).
+    const ampactor::iteration_t it = st.actor->iteration();
     auto fn = [&] {
       if (throws) throw std::runtime_error("an error in rank " + std::to_string(rank) + "'s step");
       st.actor->step(*st.opt);
@@ -245,13 +256,25 @@ struct Worker {
     st.actor->update();
     out << k << " " << scale;
     if (st.pipe) st.pipe->sync();
-    out << " " << st.actor->wait_result(k).skipped();
+    out << " " << st.actor->wait_result(it).skipped();
     if (st.pipe && s.clip > 0) out << " " << st.pipe->grad_norm();
     out << "\n";
   }
 
+  std::string ckpt_of(int r) const { return s.ckpt + ".rank" + std::to_string(r) + ".pt"; }
+  ampactor::RunParts parts() const {
+    return ampactor::RunParts()
+        .model(net.get())
+        .optimizer(st.opt.get())
+        .scaler(st.actor.get())
+        .pipeline(st.pipe.get());
+  }
+
   void train() {
-    for (int k = 0; k < s.steps; ++k) {
+    int first = 0;
+    if (s.resume)
+      first = int(ampactor::load_run(ckpt_of(s.load_rank < 0 ? rank : s.load_rank), parts())) + 1;
+    for (int k = first; k < s.steps; ++k) {
       if (s.die_at.count({rank, k})) std::raise(SIGKILL);
       if (s.stop_at.count({rank, k})) std::raise(SIGSTOP);
       const at::Tensor l = loss(k);
@@ -259,6 +282,7 @@ struct Worker {
         step_local(k, l);
       else
         step_actor(k, l);
+      if (k == s.save_at) ampactor::save_run(ckpt_of(rank), parts(), k);
     }
     if (st.pipe) st.pipe->sync();
   }

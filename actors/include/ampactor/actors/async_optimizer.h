@@ -226,6 +226,8 @@ class AsyncOptimizer {
   };
   Loaded checked_load(torch::serialize::InputArchive& archive) const;
   void apply_load(const Loaded& l);
+  /// Which state this pipeline's masters are, as save() records it.
+  std::string shard_text() const;
   /// The scaler; ScalerError(errc::protocol_misuse) once it is destroyed.
   GradScaler& scaler() const;
   void adopt(std::shared_ptr<torch::optim::Optimizer> opt);

@@ -32,8 +32,10 @@ struct ShardSource {
 class ShardLayout {
  public:
   /// numels: each parameter's element count (>= 0); world: the ranks (>= 1); granule: shard
-  /// boundaries fall on multiples of it (>= 1; e.g. a bucket's elements), so the shards' sizes
-  /// differ by at most one granule. Bad values: ScalerError(errc::bad_option).
+  /// boundaries fall on multiples of it (>= 1). Every rank's shard is one slot of slot()
+  /// elements (the whole granules split evenly, rounded up), but for the last ones, which hold
+  /// what is left: a flat buffer of world() x slot() elements holds every shard at r x slot(),
+  /// so an all-gather of equal slots needs no copy. Bad values: ScalerError(errc::bad_option).
   ShardLayout(std::vector<std::int64_t> numels, int world, std::int64_t granule = 1);
 
   int world() const { return world_; }
@@ -41,6 +43,10 @@ class ShardLayout {
   const std::vector<std::int64_t>& numels() const { return numels_; }
   /// All elements of all parameters.
   std::int64_t total() const { return total_; }
+  /// The elements of each rank's slot.
+  std::int64_t slot() const { return slot_; }
+  /// Parameter p's first element in the flat range.
+  std::int64_t start(std::size_t param) const { return starts_.at(param); }
   /// Rank r's shard is the flat elements [begin(r), end(r)); empty when there are fewer granules
   /// than ranks. ScalerError(errc::bad_option) for a rank outside [0, world).
   std::int64_t begin(int rank) const;
@@ -68,6 +74,7 @@ class ShardLayout {
   int world_;
   std::int64_t granule_;
   std::int64_t total_ = 0;
+  std::int64_t slot_ = 0;
 };
 
 }  // namespace ampactor
