@@ -284,9 +284,28 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "shard_optimizer_state: a rank killed with SIGKILL mid-run is named by the other, which does "
+    "not hang in the weights' all-gather") {
+  for (const char* staleness : {"0", "1"}) {
+    CAPTURE(staleness);
+    const Run r = launch("shard-killed", 2,
+                         {"--path", "pipeline", "--shard", "--staleness", staleness, "--steps",
+                          "30", "--die-at", "1:5", "--timeout-ms", "8000"},
+                         0, std::chrono::seconds(90));
+    CHECK(r.code != 0);
+    CHECK(r.elapsed < std::chrono::seconds(8 + 30));
+    const std::string line = said_by(r.log, 0);
+    REQUIRE_MESSAGE(!line.empty(), r.log);
+    CHECK_MESSAGE(line.find("failed: rank 1 is gone") != std::string::npos, line);
+  }
+}
+
 TEST_CASE("a rank whose step job throws makes every other rank fail naming it and the reason") {
-  for (const auto& path : {std::vector<std::string>{"--path", "actor"},
-                           std::vector<std::string>{"--path", "pipeline", "--defer"}}) {
+  for (const auto& path :
+       {std::vector<std::string>{"--path", "actor"},
+        std::vector<std::string>{"--path", "pipeline", "--defer"},
+        std::vector<std::string>{"--path", "pipeline", "--shard", "--staleness", "1"}}) {
     CAPTURE(joined(path));
     auto args = path;
     args.insert(args.end(), {"--steps", "30", "--throw-at", "1:3", "--timeout-ms", "8000"});
