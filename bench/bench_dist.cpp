@@ -31,9 +31,11 @@
 #include <sstream>
 
 #include "bench_util.h"
+#include "timed_ranks.h"
 
 using namespace ampactor;
 using bench::Clock;
+using bench::TimedRanks;
 
 namespace {
 
@@ -41,31 +43,6 @@ double pct(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, std::size_t(q * double(v.size())))];
 }
-
-/// Times every RankGroup::average call: the gradient average on the optimizer thread.
-class TimedRanks final : public RankGroup {
- public:
-  explicit TimedRanks(std::shared_ptr<RankGroup> inner) : in_(std::move(inner)) {}
-  int rank() const override { return in_->rank(); }
-  int size() const override { return in_->size(); }
-  void all_max(float* v, int n) override { in_->all_max(v, n); }
-  void average(std::vector<at::Tensor>& t, float* v, int n) override {
-    const auto t0 = Clock::now();
-    in_->average(t, v, n);
-    ms.push_back(bench::ms_since(t0));
-  }
-  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
-    in_->all_gather(mine, gathered);
-  }
-  void fail(const std::string& why) noexcept override { in_->fail(why); }
-  void require_same(const std::string& w, const std::string& t) override {
-    in_->require_same(w, t);
-  }
-  std::vector<double> ms;
-
- private:
-  std::shared_ptr<RankGroup> in_;
-};
 
 nlohmann::json agreement(const dist::World& w, int iters) {
   float v[2] = {0, 0};
@@ -158,8 +135,8 @@ nlohmann::json pipeline(const dist::World& w, int staleness, std::int64_t width,
     if (k >= 5) wait.push_back(waited), total.push_back(bench::ms_since(t0));
   }
   pipe.sync();
-  std::vector<double> avg(timed->ms.begin() + std::min<std::size_t>(5, timed->ms.size()),
-                          timed->ms.end());
+  const auto& each = timed->average_ms;
+  std::vector<double> avg(each.begin() + std::min<std::size_t>(5, each.size()), each.end());
   return {{"staleness", staleness},
           {"params", 2 * (width * width + width)},
           {"iteration_ms", bench::median_of(total)},

@@ -28,38 +28,13 @@
 #include <sstream>
 
 #include "bench_util.h"
+#include "timed_ranks.h"
 
 using namespace ampactor;
 using bench::Clock;
+using bench::TimedRanks;
 
 namespace {
-
-/// Times the collectives the pipeline makes.
-class TimedRanks final : public RankGroup {
- public:
-  explicit TimedRanks(std::shared_ptr<RankGroup> inner) : in_(std::move(inner)) {}
-  int rank() const override { return in_->rank(); }
-  int size() const override { return in_->size(); }
-  void all_max(float* v, int n) override { in_->all_max(v, n); }
-  void average(std::vector<at::Tensor>& t, float* v, int n) override {
-    const auto t0 = Clock::now();
-    in_->average(t, v, n);
-    average_ms += bench::ms_since(t0);
-  }
-  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
-    const auto t0 = Clock::now();
-    in_->all_gather(mine, gathered);
-    gather_ms += bench::ms_since(t0);
-  }
-  void fail(const std::string& why) noexcept override { in_->fail(why); }
-  void require_same(const std::string& w, const std::string& t) override {
-    in_->require_same(w, t);
-  }
-  double average_ms = 0, gather_ms = 0;
-
- private:
-  std::shared_ptr<RankGroup> in_;
-};
 
 /// VmRSS in MiB.
 double rss_mib() {
@@ -91,15 +66,15 @@ nlohmann::json run(bool shard, std::int64_t width, int layers, int steps) {
   for (int k = 0; k < steps; ++k) {
     net->zero_grad();
     scaler.scale(net->forward(x).pow(2).mean()).backward();
-    const double a0 = timed->average_ms, g0 = timed->gather_ms;
+    const std::size_t a0 = timed->average_ms.size(), g0 = timed->gather_ms.size();
     const auto t0 = Clock::now();
     pipe.step(opt, [&] { scaler.step(opt); });
     const double ms = bench::ms_since(t0);
     scaler.update();
     if (k >= 3) {
       step_ms.push_back(ms);
-      avg_ms.push_back(timed->average_ms - a0);
-      gather_ms.push_back(timed->gather_ms - g0);
+      avg_ms.push_back(bench::sum_from(timed->average_ms, a0));
+      gather_ms.push_back(bench::sum_from(timed->gather_ms, g0));
       compute_ms.push_back(ms - avg_ms.back() - gather_ms.back());
     }
   }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -102,6 +103,31 @@ std::string incompleteness(const Trace& trace) {
   return "";
 }
 
+/// Writes `csv` into `data` (none when empty) and, when `plot` is given, draws it with the
+/// gnuplot script `script()` makes. 0, or 2 with the reason on stderr.
+int write_and_plot(const std::string& data, const std::string& csv, const std::string& plot,
+                   const std::function<std::string()>& script) {
+  if (!data.empty()) {
+    std::ofstream out(data);
+    out << csv;
+    if (!out) {
+      std::cerr << "ampactor-replay: cannot write " << data << "\n";
+      return 2;
+    }
+  }
+  if (plot.empty()) return 0;
+  const std::string gp = plot + ".gp";
+  std::ofstream(gp) << script();
+  if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
+    std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install gnuplot-nox); "
+                 "the data is in "
+              << data << " and the script in " << gp << "\n";
+    return 2;
+  }
+  std::cout << "plot: " << plot << "\n";
+  return 0;
+}
+
 /// --rule: the rules side by side, their CSV and their plot.
 int compare_rules(const Options& o, const Trace& trace, const std::string& incomplete) {
   if (o.what()) {
@@ -122,26 +148,8 @@ int compare_rules(const Options& o, const Trace& trace, const std::string& incom
   if (!incomplete.empty()) std::cout << "INCOMPLETE: " << incomplete << "\n";
   tools::print_rules(std::cout, runs, o.quiet);
   const std::string data = !o.csv.empty() ? o.csv : !o.plot.empty() ? o.plot + ".csv" : "";
-  if (!data.empty()) {
-    std::ofstream out(data);
-    out << tools::rules_csv(runs);
-    if (!out) {
-      std::cerr << "ampactor-replay: cannot write " << data << "\n";
-      return 2;
-    }
-  }
-  if (!o.plot.empty()) {
-    const std::string gp = o.plot + ".gp";
-    std::ofstream(gp) << tools::rules_gnuplot(data, o.plot, runs);
-    if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
-      std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install "
-                   "gnuplot-nox); the data is in "
-                << data << " and the script in " << gp << "\n";
-      return 2;
-    }
-    std::cout << "plot: " << o.plot << "\n";
-  }
-  return 0;
+  return write_and_plot(data, tools::rules_csv(runs), o.plot,
+                        [&] { return tools::rules_gnuplot(data, o.plot, runs); });
 }
 
 /// No what-if option: whether the trace replays bit for bit.
@@ -223,26 +231,8 @@ int print_layers(const Options& o, const LayerReport& r) {
   const std::string data = !o.layers_csv.empty()    ? o.layers_csv
                            : !o.layers_plot.empty() ? o.layers_plot + ".csv"
                                                     : "";
-  if (!data.empty()) {
-    std::ofstream out(data);
-    out << layer_csv(r);
-    if (!out) {
-      std::cerr << "ampactor-replay: cannot write " << data << "\n";
-      return 2;
-    }
-  }
-  if (!o.layers_plot.empty()) {
-    const std::string gp = o.layers_plot + ".gp";
-    std::ofstream(gp) << tools::layers_gnuplot(data, o.layers_plot, r);
-    if (std::system(("gnuplot '" + gp + "'").c_str()) != 0) {
-      std::cerr << "ampactor-replay: gnuplot failed or is missing (apt-get install "
-                   "gnuplot-nox); the data is in "
-                << data << " and the script in " << gp << "\n";
-      return 2;
-    }
-    std::cout << "plot: " << o.layers_plot << "\n";
-  }
-  return 0;
+  return write_and_plot(data, layer_csv(r), o.layers_plot,
+                        [&] { return tools::layers_gnuplot(data, o.layers_plot, r); });
 }
 
 std::string describe(const TraceHeader& h) {
