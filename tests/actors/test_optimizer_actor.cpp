@@ -376,3 +376,25 @@ TEST_CASE("counted unscales with a disabled scaler ask for nothing") {
   CHECK(done->unscales == 0);
   CHECK(m.w[0].item<float>() == -3.0f);
 }
+
+TEST_CASE("a job's StepResult carries the collapse guard's view of the scale the job came with") {
+  OptFixture f;
+  Model m;
+  f.send(ScaleRequest{0});
+  REQUIRE(f.take<ScaleReply>());
+  m.grad(1.0f);
+  StepJob job{0, 2.0f, [&] { JobContext::current()->step(m.opt); }, 0};
+  job.guard = ScaleGuard{4, true};
+  f.send_to(f.optimizer, std::move(job));
+  auto res = f.take<StepResult>();
+  REQUIRE(res);
+  CHECK(res->guard == ScaleGuard{4, true});
+  REQUIRE(f.take<JobDone>());
+  f.send(UpdateScale{0, 1});
+  f.send_to(f.optimizer, CloseIteration{0, false});
+  auto d = f.take<IterationDone>();
+  REQUIRE(d);
+  REQUIRE(d->steps.size() == 1);
+  CHECK(d->steps[0].guard == ScaleGuard{4, true});
+  CHECK(d->overflow_ranks.empty());  // no ranks
+}
