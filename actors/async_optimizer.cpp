@@ -85,6 +85,10 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   }
   const at::Device master_device =
       options_.master_device().value_or(model_.empty() ? at::Device(at::kCPU) : model_[0].device());
+  // Every rank's pipeline must shard alike, or their collectives would not pair up.
+  if (const auto& ranks = scaler.options().ranks())
+    ranks->require_same("pipeline options", std::string("shard_optimizer_state=") +
+                                                (options_.shard_optimizer_state() ? "on" : "off"));
   if (options_.shard_optimizer_state()) {
     const char* why = !scaler.options().ranks()
                           ? "needs data-parallel ranks (GradScalerOptions::ranks)"

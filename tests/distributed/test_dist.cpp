@@ -322,6 +322,22 @@ TEST_CASE("a rank whose step job throws makes every other rank fail naming it an
   }
 }
 
+TEST_CASE("a pipeline that shards its state beside ranks that do not is refused, on every rank") {
+  const Run r =
+      launch("odd-shard", 2,
+             {"--path", "pipeline", "--steps", "3", "--rank1-shard", "--timeout-ms", "8000"}, 0,
+             std::chrono::seconds(60));
+  CHECK(r.code != 0);
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    const std::string line = said_by(r.log, rank);
+    REQUIRE_MESSAGE(!line.empty(), r.log);
+    CHECK_MESSAGE(line.find("rank 0 has shard_optimizer_state=off vs shard_optimizer_state=on "
+                            "on rank 1") != std::string::npos,
+                  line);
+  }
+}
+
 TEST_CASE("ranks started with different scaler options are refused at start, on every rank") {
   struct Case {
     std::vector<std::string> args;

@@ -58,6 +58,7 @@ struct Settings {
   int odd_interval = 0;
   double odd_init_scale = 0, odd_growth = 0;
   std::string odd_policy, odd_rule;
+  bool odd_shard = false;
 };
 
 /// The options; --inf-at, --die-at, --throw-at and --stop-at into `inf_at`, `die_at`, `throw_at`,
@@ -92,6 +93,7 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--rank1-init-scale", s.odd_init_scale, "rank 1 starts with another init_scale");
   app.add_option("--rank1-growth-factor", s.odd_growth, "rank 1 starts with another growth_factor");
   app.add_option("--rank1-rule", s.odd_rule, "rank 1 starts with another rule's preset");
+  app.add_flag("--rank1-shard", s.odd_shard, "rank 1's pipeline shards its state, the others not");
   app.add_option("--inf-at", inf_at, "RANK:ITER: an inf in that rank's gradients");
   app.add_option("--die-at", die_at, "RANK:ITER: that rank SIGKILLs itself there");
   app.add_option("--throw-at", throw_at, "RANK:ITER: that rank's step job throws there");
@@ -179,7 +181,7 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
                    .defer_grad_move(s.defer)
                    .overlap_backward(s.overlap)
                    .bucket_bytes(s.bucket_bytes)
-                   .shard_optimizer_state(s.shard);
+                   .shard_optimizer_state(s.shard || (rank == 1 && s.odd_shard));
       if (s.clip > 0) o.clip_grad_norm(s.clip);
       st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor, o);
       const auto adam = torch::optim::AdamOptions(1.0 / 256);
