@@ -92,8 +92,7 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   if (options_.shard_optimizer_state()) {
     const char* why = !scaler.options().ranks()
                           ? "needs data-parallel ranks (GradScalerOptions::ranks)"
-                      : options_.swap_weights() || options_.defer_grad_move()
-                          ? "does not work with swap_weights or defer_grad_move yet"
+                      : options_.swap_weights()     ? "does not work with swap_weights yet"
                       : offload_                    ? "does not work with master_device yet"
                       : options_.overlap_backward() ? "does not work with overlap_backward yet"
                                                     : nullptr;

@@ -102,9 +102,9 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   std::vector<at::Tensor> grads = model_grads();
   // On the optimizer thread: the ranks' mean gradient, whole, into the holders (the same floats
   // as the unsharded move), this rank's pieces of it into its masters' grads.
-  auto move = [this, &opt, &grads] {
+  auto move = [this, &opt](const std::vector<at::Tensor>& g, bool adopt) {
     std::vector<at::Tensor> holders = shard_->holders();
-    JobContext::current()->move_and_unscale_(opt, grads, holders);
+    JobContext::current()->move_and_unscale_(opt, g, holders, adopt);
     shard_->attach_grads();
   };
   // clip_grad_norm_ over the whole mean gradient (every rank has it), applied to this shard.
@@ -125,17 +125,32 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   };
   if (options_.staleness() == 0) {
     scaler().run_on_optimizer([&] {
-      move();
+      move(grads, false);
       stepping();
       copy_to_model();
     });
+    return;
+  }
+  if (options_.defer_grad_move()) {
+    // The job owns the grads from here (the next backward writes fresh ones); the trainer waits
+    // only for the last step's weights, then the move and the step run behind its next
+    // forward. It counts the move's unscale now, as step_deferred does.
+    for (at::Tensor& p : model_)
+      p.mutable_grad() = at::Tensor();
+    scaler().run_on_optimizer([&] { copy_to_model(); });
+    scaler().submit(
+        [move, stepping = std::move(stepping), grads = std::move(grads)] {
+          move(grads, /*adopt=*/true);
+          stepping();
+        },
+        SubmitOptions().unscales(UnscalePermit::exactly(1)));
     return;
   }
   // Staleness 1: the last step's shards into every model, then the move, waited for (both
   // collectives, in the same order on every rank); the step overlaps the next backward.
   scaler().run_on_optimizer([&] {
     copy_to_model();
-    move();
+    move(grads, false);
   });
   scaler().submit(std::move(stepping), SubmitOptions().unscales(UnscalePermit::none()));
 }

@@ -184,7 +184,8 @@ TEST_CASE(
   const std::vector<Setup> setups = {
       {2, {"--staleness", "0", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:5"}},
       {4, {"--staleness", "1", "--inf-at", "2:4"}},
-      {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}}};
+      {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}},
+      {2, {"--staleness", "1", "--defer-move", "--fused", "--adam", "--inf-at", "1:3"}}};
   for (std::size_t i = 0; i < setups.size(); ++i) {
     auto args = setups[i].args;
     const int n = setups[i].n;

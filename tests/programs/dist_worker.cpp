@@ -42,6 +42,7 @@ struct Settings {
   std::int64_t batch = 8;
   double init_scale = 1024;
   bool defer = false;
+  bool defer_move = false;              // defer_grad_move alone
   bool fused = false, overlap = false;  // FusedSGD; overlap_backward (with --fused)
   bool print_overflow = false;          // a "last_overflow K ranks R..." line after training
   bool shard = false, adam = false;     // shard_optimizer_state; Adam instead of SGD
@@ -73,6 +74,7 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--batch", s.batch, "samples per rank");
   app.add_option("--staleness", s.staleness);
   app.add_flag("--defer", s.defer, "defer_grad_move and swap_weights");
+  app.add_flag("--defer-move", s.defer_move, "defer_grad_move alone");
   app.add_flag("--fused", s.fused, "pipeline: ampactor::optim::FusedSGD instead of torch's SGD");
   app.add_flag("--overlap", s.overlap, "pipeline: overlap_backward (needs --fused, staleness 0)");
   app.add_flag("--print-overflow", s.print_overflow, "print the scaler's last_overflow()");
@@ -178,7 +180,7 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
       auto o = ampactor::AsyncOptimizerOptions()
                    .staleness(s.staleness)
                    .swap_weights(s.defer)
-                   .defer_grad_move(s.defer)
+                   .defer_grad_move(s.defer || s.defer_move)
                    .overlap_backward(s.overlap)
                    .bucket_bytes(s.bucket_bytes)
                    .shard_optimizer_state(s.shard || (rank == 1 && s.odd_shard));

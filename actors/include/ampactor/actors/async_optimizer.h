@@ -129,8 +129,9 @@ class AsyncOptimizerOptions {
   /// rank's pieces, 1-D). The gradients are averaged as without it (the same floats), each rank
   /// steps its shard, and an all-gather brings the updated weights into every rank's model:
   /// masters, moments, scales and skips bit for bit those of the unsharded run, with 1/N of the
-  /// masters and state per rank. Staleness 0 and 1, the model on the CPU; not yet with
-  /// swap_weights, defer_grad_move, master_device or overlap_backward (refused).
+  /// masters and state per rank. Staleness 0 and 1 (with defer_grad_move too), the model on the
+  /// CPU; not yet with swap_weights, master_device or overlap_backward (refused). Every rank
+  /// must set it alike (checked at construction).
   AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
 };
 
