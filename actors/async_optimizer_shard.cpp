@@ -8,12 +8,8 @@
 #include "internal/shard_state.h"
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -42,16 +38,12 @@ ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankG
   const at::TensorOptions o =
       model.empty() ? at::TensorOptions(at::kFloat) : model[0].options().requires_grad(false);
   flat_ = at::zeros({layout_.world() * layout_.slot()}, o);
-  for (std::size_t i = 0; i < model.size(); ++i) {
-    at::Tensor w = view_of(model, i);
-    w.copy_(model[i].detach());
-    model[i].set_data(w);  // the parameter stays the model's; its weights now live in flat_
-    holders_.push_back(
-        at::zeros({}, model[i].options().dtype(at::kFloat)).expand(model[i].sizes()));
-  }
+  attach_weights(model);
+  for (const at::Tensor& p : model)
+    holders_.push_back(at::zeros({}, p.options().dtype(at::kFloat)).expand(p.sizes()));
   mine_ = layout_.pieces(ranks_->rank());
   for (const ShardPiece& s : mine_)
-    masters_.push_back(flat_.narrow(0, layout_.start(s.param) + s.offset, s.length)
+    masters_.push_back(weights_of(s)
                            .to(optim_dtype, /*non_blocking=*/false, /*copy=*/true)
                            .set_requires_grad(true));
 }
@@ -72,21 +64,25 @@ double ShardedState::grad_norm() const {
   return global_norm(grads, 1.0, nullptr);
 }
 
-at::Tensor ShardedState::view_of(const std::vector<at::Tensor>& model, std::size_t i) const {
-  return flat_.narrow(0, layout_.start(i), model[i].numel()).view(model[i].sizes());
+at::Tensor ShardedState::weights_of(const ShardPiece& s) const {
+  return flat_.narrow(0, layout_.start(s.param) + s.offset, s.length);
+}
+
+void ShardedState::attach_weights(std::vector<at::Tensor>& model) {
+  at::AutoGradMode no_grad(false);
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    at::Tensor w = flat_.narrow(0, layout_.start(i), model[i].numel()).view(model[i].sizes());
+    if (model[i].data_ptr() == w.data_ptr()) continue;
+    w.copy_(model[i].detach());
+    model[i].set_data(w);  // the parameter stays the model's; its weights now live in flat_
+  }
 }
 
 void ShardedState::gather(std::vector<at::Tensor>& model) {
+  attach_weights(model);
   at::AutoGradMode no_grad(false);
-  for (std::size_t i = 0; i < model.size(); ++i) {
-    at::Tensor w = view_of(model, i);
-    if (model[i].data_ptr() == w.data_ptr()) continue;
-    w.copy_(model[i].detach());
-    model[i].set_data(w);
-  }
   for (std::size_t j = 0; j < mine_.size(); ++j)
-    flat_.narrow(0, layout_.start(mine_[j].param) + mine_[j].offset, mine_[j].length)
-        .copy_(masters_[j]);
+    weights_of(mine_[j]).copy_(masters_[j]);
   if (layout_.world() == 1) return;
   const at::Tensor bytes = flat_.view(at::kByte);
   const std::int64_t slot = layout_.slot() * std::int64_t(flat_.element_size());

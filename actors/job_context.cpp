@@ -41,11 +41,11 @@ JobContext::~JobContext() {
   current_job = outer_;
 }
 
-void JobContext::report(const torch::optim::Optimizer& opt, optimizer_id id, bool found,
-                        bool local_found) {
+void JobContext::report(const torch::optim::Optimizer& opt, bool found, bool local_found) {
   // The overflow report first: it rides on the UnscaleDone (and into the trace).
   if (found) found_overflow(opt);
-  report_unscale(id, found, local_found, tracker_.grad_size(opt), tracker_.found_by(opt));
+  report_unscale(optimizer_id_of(opt), found, local_found, tracker_.grad_size(opt),
+                 tracker_.found_by(opt));
 }
 
 namespace {
@@ -78,7 +78,7 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
   const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
   moved_.push_back(&opt);
   ++unscales_;
-  report(opt, optimizer_id_of(opt), found, *tracker_.local_found_inf(opt));
+  report(opt, found, *tracker_.local_found_inf(opt));
   return found;
 }
 
@@ -91,7 +91,7 @@ bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
   const bool found = tracker_.check_for_fused_(opt, model_grads, std::move(weights));
   moved_.push_back(&opt);
   ++unscales_;
-  report(opt, optimizer_id_of(opt), found, *tracker_.local_found_inf(opt));
+  report(opt, found, *tracker_.local_found_inf(opt));
   return found;
 }
 
@@ -104,7 +104,7 @@ bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
                                               std::move(found), std::move(absmax));
   moved_.push_back(&opt);
   ++unscales_;
-  report(opt, optimizer_id_of(opt), f, *tracker_.local_found_inf(opt));
+  report(opt, f, *tracker_.local_found_inf(opt));
   return f;
 }
 
@@ -117,7 +117,7 @@ bool JobContext::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<a
                                               std::move(absmax), std::move(found_by));
   moved_.push_back(&opt);
   ++unscales_;
-  report(opt, optimizer_id_of(opt), f, local_found);
+  report(opt, f, local_found);
   return f;
 }
 
@@ -145,7 +145,7 @@ bool JobContext::unscale_(torch::optim::Optimizer& opt) {
   // update() with nothing else raises "No inf checks were recorded prior to update."
   if (!tracker_.has_inf_checks(opt)) return found;
   ++unscales_;
-  report(opt, optimizer_id_of(opt), found, *tracker_.local_found_inf(opt));
+  report(opt, found, *tracker_.local_found_inf(opt));
   return found;
 }
 
@@ -163,7 +163,7 @@ StepOutcome JobContext::step(torch::optim::Optimizer& opt,
   // torch, and the keeper still hears of them.
   StepOutcome out = tracker_.step(opt, inverse(scale_), [&](bool found) {
     ++unscales_;
-    report(opt, id, found, *tracker_.local_found_inf(opt));
+    report(opt, found, *tracker_.local_found_inf(opt));
   });
   report_step(StepResult{k_, id, out.found_inf, out.skipped, scale_, guard_});
   return out;

@@ -73,11 +73,7 @@ class Job final : public JobContext {
   void report_unscale(optimizer_id opt, bool found_inf, bool local_found_inf, const GradSize& size,
                       std::vector<std::int32_t> found_by) override {
     ++it_.unscales;
-    for (std::int32_t r : found_by)
-      if (std::find(it_.overflow_ranks.begin(), it_.overflow_ranks.end(), r) ==
-          it_.overflow_ranks.end())
-        it_.overflow_ranks.push_back(r);
-    std::sort(it_.overflow_ranks.begin(), it_.overflow_ranks.end());
+    it_.overflow_ranks.insert(it_.overflow_ranks.end(), found_by.begin(), found_by.end());
     self_->send(self_->state.keeper,
                 UnscaleDone{iteration(), opt, found_inf, scale(), size.max, size.dtype_max,
                             local_found_inf, std::move(named_), std::move(found_by)});
@@ -195,7 +191,11 @@ void close_iteration(optimizer_ptr self, const CloseIteration& c) {
   IterationDone d{c.k, std::move(it.steps), it.failed, it.code, it.what, it.cancelled, {}};
   sort_overflow(it.overflow);  // several optimizers: by parameter index, then name
   d.overflow = std::move(it.overflow);
-  d.overflow_ranks = std::move(it.overflow_ranks);
+  // Each optimizer's unscale names its ranks: once each, ascending.
+  auto& ranks = it.overflow_ranks;
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  d.overflow_ranks = std::move(ranks);
   for (auto& s : st.subscribers)
     caf::anon_send(s.who, d);
 }

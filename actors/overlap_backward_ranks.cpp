@@ -36,8 +36,8 @@ void OverlapBackward::move_and_average(std::size_t b, const std::vector<at::Tens
   averaged_[b] = true;  // from here this bucket's collective is made (or the iteration fails)
   ranks_->average(moved, v.data(), int(v.size()));
   found_ = found_ || v[0] != 0;
-  for (std::int32_t r : ranks_that_found(v))
-    if (std::find(found_by_.begin(), found_by_.end(), r) == found_by_.end()) found_by_.push_back(r);
+  const std::vector<std::int32_t> by = ranks_that_found(v);
+  found_by_.insert(found_by_.end(), by.begin(), by.end());
   // The size nearest to overflow over the buckets, as the whole gradient's would be.
   auto ratio = [](double max, double dtype_max) { return dtype_max > 0 ? max / dtype_max : 0.0; };
   if (dtype_max_ == 0 || ratio(v[1], size.dtype_max) > ratio(agreed_max_, dtype_max_))
@@ -57,7 +57,8 @@ double OverlapBackward::finish_ranks(torch::optim::Optimizer& opt,
       g.push_back(grads[i]);
     move_and_average(b, g, job);
   }
-  std::sort(found_by_.begin(), found_by_.end());
+  std::sort(found_by_.begin(), found_by_.end());  // each bucket named its ranks: once each
+  found_by_.erase(std::unique(found_by_.begin(), found_by_.end()), found_by_.end());
   job.record_agreed_move_(opt, spare_, local_found_, found_, GradSize{agreed_max_, dtype_max_},
                           absmax_, found_by_);
   if (!clip_ || found_) return std::numeric_limits<double>::quiet_NaN();

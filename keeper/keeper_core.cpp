@@ -80,9 +80,13 @@ void KeeperCore::emit(KeeperOutput out) {
   out_->push_back(std::move(out));
 }
 
+ScaleGuard KeeperCore::guard() const {
+  return ScaleGuard{state_.backoffs_in_row(), state_.collapsing()};
+}
+
 ReplyMessage KeeperCore::scale_answer(iteration_t k) const {
   if (halted_) return *halted_;
-  return ScaleReply{k, state_.scale(), ScaleGuard{state_.backoffs_in_row(), state_.collapsing()}};
+  return ScaleReply{k, state_.scale(), guard()};
 }
 
 void KeeperCore::reply(peer_id to, std::uint64_t request, iteration_t k, ReplyMessage msg) {
@@ -240,7 +244,7 @@ void KeeperCore::apply(const KeeperInput& in) {
   out.scale = state_.scale();
   out.growth_tracker = state_.growth_tracker();
   out.below_one = out.scale < 1.0f;
-  out.guard = ScaleGuard{state_.backoffs_in_row(), state_.collapsing()};
+  out.guard = guard();
   emit(KeeperPush{subscribers_, out});
 }
 

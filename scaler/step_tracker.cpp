@@ -83,9 +83,6 @@ std::vector<at::Tensor> pick(const std::vector<at::Tensor>& ts, const std::vecto
   return out;
 }
 
-/// Measures a list that mixes dtypes: a read-only pass per dtype, before the one call that checks
-/// and writes the whole list (so a refusal still changes nothing). One dtype: nothing to do here,
-/// the single call measures. Returns whether it measured.
 /// The flags of one kernel call over `n` gradients, and their positions 0..n-1 in its list.
 Attributed whole_list(std::size_t n, c10::Device device) {
   Attributed a;
@@ -94,6 +91,10 @@ Attributed whole_list(std::size_t n, c10::Device device) {
     a.params.push_back(i);
   return a;
 }
+
+/// Measures a list that mixes dtypes: a read-only pass per dtype, before the one call that checks
+/// and writes the whole list (so a refusal still changes nothing). One dtype: nothing to do here,
+/// the single call measures. Returns whether it measured.
 
 bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found,
                    std::vector<std::pair<double, at::Tensor>>& absmax,

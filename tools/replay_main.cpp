@@ -224,9 +224,10 @@ int print_layers(const Options& o, const LayerReport& r) {
   if (r.what_if)
     std::cout << "still: overflows at the what-if scale too (at least the recorded one); "
                  "unknown: a smaller scale, where an inf's size is not known"
-              << (r.beyond_halt ? "; " + std::to_string(r.beyond_halt) +
-                                      " iterations after the what-if halted are not counted"
-                                : std::string())
+              << (r.not_replayed ? "; " + std::to_string(r.not_replayed) +
+                                       " iterations the what-if did not replay (it halted "
+                                       "before them) are not counted"
+                                 : std::string())
               << "\n";
   const std::string data = !o.layers_csv.empty()    ? o.layers_csv
                            : !o.layers_plot.empty() ? o.layers_plot + ".csv"

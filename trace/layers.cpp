@@ -35,11 +35,9 @@ LayerReport layer_overflows(const Trace& trace, const WhatIfResult* what_if) {
     g.ranks.insert(d->found_by.begin(), d->found_by.end());
   }
   std::map<iteration_t, float> whatif_scale;
-  iteration_t halted = -1;
   if (what_if) {
     for (const WhatIfRow& w : what_if->rows)
       whatif_scale[w.k] = w.whatif_scale;
-    halted = what_if->halted_at;
   }
 
   LayerReport r;
@@ -52,8 +50,8 @@ LayerReport layer_overflows(const Trace& trace, const WhatIfResult* what_if) {
     for (std::int32_t rank : g.ranks)
       ++ranks[rank];
     const auto w = whatif_scale.find(k);
-    const bool counted = what_if && w != whatif_scale.end() && !(halted >= 0 && k > halted);
-    if (what_if && !counted) ++r.beyond_halt;
+    const bool counted = what_if && w != whatif_scale.end();  // the rows stop where it halted
+    if (what_if && !counted) ++r.not_replayed;
     for (const auto& [name, flags] : g.tensors) {
       LayerOverflows& l = layers[name];
       l.name = name;

@@ -136,13 +136,14 @@ struct FastWriter {
     }
     s += ']';
   }
-  void operator()(const char* name, std::vector<OverflowTensor> v) {
+  void operator()(const char* name, const std::vector<OverflowTensor>& v) {
     key(name);
     s += '[';
     for (std::size_t i = 0; i < v.size(); ++i) {
       s += i ? ",{" : "{";
       FastWriter sub{s};
-      fields(sub, v[i]);
+      OverflowTensor t = v[i];  // fields() takes what it writes by reference, as readers do
+      fields(sub, t);
       s += '}';
     }
     s += ']';

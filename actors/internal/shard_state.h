@@ -48,8 +48,10 @@ class ShardedState {
   std::vector<ShardPiece> mine_;
   std::vector<at::Tensor> masters_, holders_;
   at::Tensor flat_;  // the model's weights: world x slot elements, each rank's shard in its slot
-  /// Parameter i's weights as a view of flat_.
-  at::Tensor view_of(const std::vector<at::Tensor>& model, std::size_t i) const;
+  /// A piece's weights in flat_.
+  at::Tensor weights_of(const ShardPiece& s) const;
+  /// Makes each parameter that is not one a view of flat_, holding what it holds.
+  void attach_weights(std::vector<at::Tensor>& model);
 };
 
 }  // namespace ampactor::internal

@@ -112,7 +112,7 @@ class JobContext {
  private:
   void refuse_late_unscale(const torch::optim::Optimizer& opt) const;
   /// found_overflow (when found), then report_unscale.
-  void report(const torch::optim::Optimizer& opt, optimizer_id id, bool found, bool local_found);
+  void report(const torch::optim::Optimizer& opt, bool found, bool local_found);
 
   iteration_t k_;
   float scale_;

@@ -153,6 +153,8 @@ class KeeperCore {
   void answer(const Queued& q);
   void drain();
   void reply(peer_id to, std::uint64_t request, iteration_t k, ReplyMessage msg);
+  /// The collapse guard's view of the current scale.
+  ScaleGuard guard() const;
   /// The answer to ScaleRequest{k}: the scale, or the error of a halted keeper.
   ReplyMessage scale_answer(iteration_t k) const;
   void emit(KeeperOutput out);

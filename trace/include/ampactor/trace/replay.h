@@ -126,8 +126,9 @@ struct LayerReport {
   std::vector<std::pair<std::int32_t, std::int64_t>> ranks;
   /// Counted against a what-if (still and unknown are set).
   bool what_if = false;
-  /// Iterations of the trace beyond a what-if that halted (not counted in still or unknown).
-  std::int64_t beyond_halt = 0;
+  /// Overflowing iterations the what-if has no row for (after it halted, or never updated): not
+  /// counted in still or unknown.
+  std::int64_t not_replayed = 0;
 };
 
 /// Per-layer overflow counts of a trace; with `what_if` (what_if(trace, settings) of the same
