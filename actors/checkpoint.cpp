@@ -6,6 +6,7 @@
 #include <ampactor/kernels/fused_step.h>
 #include "internal/host_offload.h"
 #include "internal/shard_state.h"
+#include "internal/sharded_run.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
@@ -105,7 +106,7 @@ void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
 
 std::string AsyncOptimizer::shard_text() const {
   if (!shard_) return "the whole state (unsharded)";
-  return "rank " + std::to_string(shard_->rank()) + "'s shard (" + shard_->layout().str() + ")";
+  return internal::shard_text(shard_->rank(), shard_->layout());
 }
 
 void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {

@@ -2,9 +2,11 @@
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
+#include <ampactor/actors/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
+#include "internal/sharded_run.h"
 
 #include <torch/nn/module.h>
 #include <torch/optim/adam.h>
@@ -80,14 +82,21 @@ void check_optimizer_state(torch::optim::Optimizer& opt) {
     }
 }
 
+/// The optimizer as its snapshot holds it.
+void restore_optimizer(const RunParts& parts, std::stringstream& snapshot) {
+  torch::serialize::InputArchive back;
+  snapshot.clear();
+  snapshot.seekg(0);
+  back.load_from(snapshot);
+  parts.optimizer()->load(back);
+}
+
 /// Reads `key`'s sub-archive into `a` (an archive is not copyable in every library).
 void part(torch::serialize::InputArchive& all, const char* key, torch::serialize::InputArchive& a) {
   if (!all.try_read(key, a)) refuse(key, "the file has no such part");
 }
 
-}  // namespace
-
-void save_run(const std::string& path, const RunParts& parts, std::int64_t step) {
+void save_run_file(const std::string& path, const RunParts& parts, std::int64_t step) {
   torch::serialize::OutputArchive all;
   auto write = [&](const char* key,
                    const std::function<void(torch::serialize::OutputArchive&)>& f) {
@@ -104,60 +113,91 @@ void save_run(const std::string& path, const RunParts& parts, std::int64_t step)
   save_atomically(all, path);
 }
 
-std::int64_t load_run(const std::string& path, const RunParts& parts) {
+bool sharded(const RunParts& parts) {
+  return parts.pipeline() && internal::RunAccess::sharded(*parts.pipeline());
+}
+
+/// What load_run_file reads and checks before it changes anything.
+struct Checked {
+  torch::serialize::InputArchive model_ar;
+  std::optional<StateDict> scaler_sd;
+  std::optional<internal::RunAccess::Loaded> pipe_loaded;
+  std::stringstream opt_snapshot;  // the optimizer as it was, once its load was tried
+  std::int64_t step = 0;
+};
+
+/// Everything ampactor can check of the file at `path`, checked; the optimizer, which only
+/// LibTorch reads, loaded from a snapshot-backed copy and checked after (put back on an error).
+void check_run(const std::string& path, const RunParts& parts, Checked& c) {
   torch::serialize::InputArchive all;
   load_checkpoint(all, path);  // screened: a damaged file changes nothing
   c10::IValue step;
   if (!all.try_read("step", step) || !step.isInt()) refuse("step", "the file has no step");
-  // Everything ampactor can check, checked before anything changes.
-  torch::serialize::InputArchive model_ar, opt_ar;
+  c.step = step.toInt();
+  torch::serialize::InputArchive opt_ar;
   if (parts.model()) {
-    part(all, "model", model_ar);
-    check_module(*parts.model(), model_ar, "");
+    part(all, "model", c.model_ar);
+    check_module(*parts.model(), c.model_ar, "");
   }
   if (parts.optimizer()) part(all, "optimizer", opt_ar);
-  std::optional<StateDict> scaler_sd;
   if (parts.scaler()) {
     torch::serialize::InputArchive a;
     part(all, "scaler", a);
     try {
-      scaler_sd = read_state_dict(a);
+      c.scaler_sd = read_state_dict(a);
       ScaleState scratch(parts.scaler()->options());
-      load_state_dict(scratch, *scaler_sd);  // the scaler's own refusals
+      load_state_dict(scratch, *c.scaler_sd);  // the scaler's own refusals
     } catch (const ScalerError& e) {
       refuse("scaler", e.what());
     }
   }
-  std::optional<AsyncOptimizer::Loaded> pipe_loaded;
   if (parts.pipeline()) {
     torch::serialize::InputArchive a;
     part(all, "pipeline", a);
     try {
-      pipe_loaded = parts.pipeline()->checked_load(a);
+      c.pipe_loaded = internal::RunAccess::checked_load(*parts.pipeline(), a);
     } catch (const ScalerError& e) {
       refuse("pipeline", e.what());
     }
   }
-  // The optimizer only LibTorch reads: loaded from a snapshot-backed copy and checked after.
-  // The pipeline waits for its steps first, so none writes the optimizer meanwhile.
-  if (parts.pipeline()) parts.pipeline()->sync();
-  std::stringstream opt_snapshot;
+  // The pipeline waits for its steps first, so none writes the optimizer meanwhile (a sharded
+  // one did, before its ranks read their shards: its sync is a collective).
+  if (parts.pipeline() && !sharded(parts)) parts.pipeline()->sync();
   if (parts.optimizer()) {
     torch::serialize::OutputArchive snap;
     parts.optimizer()->save(snap);
-    snap.save_to(opt_snapshot);
+    snap.save_to(c.opt_snapshot);
     try {
       parts.optimizer()->load(opt_ar);
       check_optimizer_state(*parts.optimizer());
     } catch (const std::exception& e) {
-      torch::serialize::InputArchive back;
-      opt_snapshot.seekg(0);
-      back.load_from(opt_snapshot);
-      parts.optimizer()->load(back);
+      restore_optimizer(parts, c.opt_snapshot);
       if (dynamic_cast<const ScalerError*>(&e)) throw;
       refuse("optimizer", e.what());
     }
   }
+}
+
+/// load_run of one file. With `agreed` (a sharded run's ranks), this rank's error, or "" once
+/// everything is checked, goes to agreed, which throws on every rank if any rank has one.
+std::int64_t load_run_file(const std::string& path, const RunParts& parts,
+                           const internal::AgreeFn& agreed) {
+  Checked c;
+  bool tried_optimizer = false;
+  try {
+    check_run(path, parts, c);
+    tried_optimizer = parts.optimizer() != nullptr;
+  } catch (const ScalerError& e) {
+    if (!agreed) throw;
+    agreed(e.what());  // throws
+    throw;
+  }
+  if (agreed) try {
+      agreed("");
+    } catch (...) {
+      if (tried_optimizer) restore_optimizer(parts, c.opt_snapshot);
+      throw;
+    }
   // The rest was checked: Module::load, the scaler's and the pipeline's loads take it as it is.
   // Should one throw all the same (a job's error), the parts already loaded are put back.
   std::vector<std::pair<at::Tensor, at::Tensor>> model_before;  // each tensor, its old storage
@@ -168,27 +208,44 @@ std::int64_t load_run(const std::string& path, const RunParts& parts) {
         model_before.emplace_back(t, t.detach());
       for (const at::Tensor& t : parts.model()->buffers())
         model_before.emplace_back(t, t.detach());
-      parts.model()->load(model_ar);
+      parts.model()->load(c.model_ar);
     }
     if (parts.scaler()) {
       scaler_before = parts.scaler()->state_dict();
-      parts.scaler()->load_state_dict(*scaler_sd);
+      parts.scaler()->load_state_dict(*c.scaler_sd);
     }
-    if (parts.pipeline()) parts.pipeline()->apply_load(*pipe_loaded);
+    if (parts.pipeline()) internal::RunAccess::apply_load(*parts.pipeline(), *c.pipe_loaded);
   } catch (...) {
     torch::NoGradGuard no_grad;
     for (auto& [t, old] : model_before)
       at::Tensor(t).set_(old);
     if (scaler_before) parts.scaler()->load_state_dict(*scaler_before);
-    if (parts.optimizer()) {
-      torch::serialize::InputArchive back;
-      opt_snapshot.seekg(0);
-      back.load_from(opt_snapshot);
-      parts.optimizer()->load(back);
-    }
+    if (parts.optimizer()) restore_optimizer(parts, c.opt_snapshot);
     throw;
   }
-  return step.toInt();
+  return c.step;
+}
+
+}  // namespace
+
+void save_run(const std::string& path, const RunParts& parts, std::int64_t step) {
+  if (!sharded(parts)) return save_run_file(path, parts, step);
+  internal::save_sharded_run(path, parts, step,
+                             [&](const std::string& file) { save_run_file(file, parts, step); });
+}
+
+std::int64_t load_run(const std::string& path, const RunParts& parts) {
+  if (sharded(parts))
+    return internal::load_sharded_run(path, parts,
+                                      [&](const std::string& file, const auto& agreed) {
+                                        return load_run_file(file, parts, agreed);
+                                      });
+  if (is_manifest(path))
+    refuse("file", "'" + path +
+                       "' is a sharded run's manifest: load it on its number of ranks with "
+                       "shard_optimizer_state, or make one checkpoint of it with ampactor-ckpt "
+                       "consolidate");
+  return load_run_file(path, parts, nullptr);
 }
 
 }  // namespace ampactor

@@ -209,6 +209,12 @@ void save_atomically(torch::serialize::OutputArchive& archive, const std::string
   file.commit();
 }
 
+void save_text_atomically(const std::string& text, const std::string& path) {
+  AtomicFile file(path);
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
 void load_checkpoint(torch::serialize::InputArchive& archive, const std::string& path) {
   // Read first, so that a missing file is named as such rather than as a bad archive.
   const std::vector<char> bytes = read_whole(path);

@@ -31,7 +31,7 @@ endforeach()
 install(FILES ${PROJECT_BINARY_DIR}/generated/include/ampactor/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ampactor)
 if(TARGET ampactor-replay)
-  install(TARGETS ampactor-replay ampactor-launch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  install(TARGETS ampactor-replay ampactor-launch ampactor-ckpt RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 
 # The libraries, their CMake package and their .pc go in two layouts. Component lib, what a plain

@@ -24,6 +24,7 @@ class ShardedState {
 
   const ShardLayout& layout() const { return layout_; }
   int rank() const { return ranks_->rank(); }
+  RankGroup& ranks() const { return *ranks_; }
   /// This rank's masters, one 1-D tensor per piece of its shard (the optimizer's parameters).
   const std::vector<at::Tensor>& masters() const { return masters_; }
   /// Which piece of which parameter each master is.

@@ -225,48 +225,6 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "shard_optimizer_state: each rank saves its shard, a resumed run goes on bit for bit, and a "
-    "rank given another rank's shard refuses it, naming both") {
-  const fs::path dir = fresh("shard-ckpt");
-  const std::string ckpt = (dir / "run").string();
-  const std::vector<std::string> common = {"--path",  "pipeline", "--model",  "mlp",
-                                           "--steps", "12",       "--shard",  "--print-model",
-                                           "--fused", "--adam",   "--inf-at", "1:8"};
-  for (const char* staleness : {"0", "1"}) {
-    CAPTURE(staleness);
-    auto args = common;
-    args.insert(args.end(), {"--staleness", staleness});
-    // The saving run goes on to the end: its lines are the resumed run's reference.
-    auto saving = args;
-    saving.insert(saving.end(), {"--save-at", "5", "--ckpt", ckpt});
-    const Run saved = launch("saving", 2, saving);
-    auto resuming = args;
-    resuming.insert(resuming.end(), {"--resume", "--ckpt", ckpt});
-    const Run resumed = launch("resumed", 2, resuming);
-    REQUIRE_MESSAGE(saved.code == 0, saved.log);
-    REQUIRE_MESSAGE(resumed.code == 0, resumed.log);
-    for (std::size_t r = 0; r < 2; ++r) {
-      CAPTURE(r);
-      // The resumed run prints iterations 6 to 11, then the weights: the saving run's.
-      const std::string& w = saved.ranks[r];
-      std::size_t from = 0;
-      for (int line = 0; line < 6; ++line)
-        from = w.find('\n', from) + 1;
-      CHECK(resumed.ranks[r] == w.substr(from));
-    }
-    if (std::string(staleness) == "1") continue;  // the refusal does not depend on it
-    auto wrong = args;
-    wrong.insert(wrong.end(), {"--resume", "--ckpt", ckpt, "--load-rank", "0"});
-    const Run refused = launch("wrong-shard", 2, wrong, 0, std::chrono::seconds(90));
-    CHECK(refused.code != 0);
-    CHECK_MESSAGE(refused.log.find("it holds rank 0's shard (world 2") != std::string::npos,
-                  refused.log);
-    CHECK_MESSAGE(refused.log.find("this pipeline rank 1's shard") != std::string::npos,
-                  refused.log);
-  }
-}
-
-TEST_CASE(
     "shard_optimizer_state: a rank killed with SIGKILL mid-run is named by the other, which does "
     "not hang in the weights' all-gather") {
   for (const char* staleness : {"0", "1"}) {

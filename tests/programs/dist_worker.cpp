@@ -48,9 +48,8 @@ struct Settings {
   bool shard = false, adam = false;     // shard_optimizer_state; Adam instead of SGD
   bool print_model = false;             // the "param" lines from the model, not the masters
   int save_at = -1;                     // pipeline: save the run after this iteration
-  std::string ckpt;                     // ... into CKPT.rank<R>.pt; --resume: load it first
+  std::string ckpt;                     // ... into CKPT (--shard: its manifest); --resume: load it
   bool resume = false;
-  int load_rank = -1;               // --resume from this rank's file instead of one's own
   double clip = 0;                  // clip_grad_norm (0: none)
   std::int64_t bucket_bytes = 256;  // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
@@ -82,9 +81,8 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_flag("--adam", s.adam, "pipeline: Adam (FusedAdam with --fused) instead of SGD");
   app.add_flag("--print-model", s.print_model, "the param lines from the model's weights");
   app.add_option("--save-at", s.save_at, "pipeline: save_run after this iteration (--ckpt)");
-  app.add_option("--ckpt", s.ckpt, "the checkpoints' path prefix (CKPT.rank<R>.pt)");
+  app.add_option("--ckpt", s.ckpt, "the checkpoint's path (CKPT.rank<R>.pt unsharded)");
   app.add_flag("--resume", s.resume, "pipeline: load_run from --ckpt first, go on after it");
-  app.add_option("--load-rank", s.load_rank, "--resume from this rank's file (a refusal test)");
   app.add_option("--clip", s.clip, "pipeline: clip_grad_norm's max_norm");
   app.add_option("--bucket-bytes", s.bucket_bytes, "overlap_backward's bucket_bytes");
   app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
@@ -265,7 +263,10 @@ struct Worker {
     out << "\n";
   }
 
-  std::string ckpt_of(int r) const { return s.ckpt + ".rank" + std::to_string(r) + ".pt"; }
+  /// Unsharded, each rank its own file (CKPT itself with --single); sharded, the manifest.
+  std::string ckpt() const {
+    return s.shard || s.single > 0 ? s.ckpt : s.ckpt + ".rank" + std::to_string(rank) + ".pt";
+  }
   ampactor::RunParts parts() const {
     return ampactor::RunParts()
         .model(net.get())
@@ -276,8 +277,7 @@ struct Worker {
 
   void train() {
     int first = 0;
-    if (s.resume)
-      first = int(ampactor::load_run(ckpt_of(s.load_rank < 0 ? rank : s.load_rank), parts())) + 1;
+    if (s.resume) first = int(ampactor::load_run(ckpt(), parts())) + 1;
     for (int k = first; k < s.steps; ++k) {
       if (s.die_at.count({rank, k})) std::raise(SIGKILL);
       if (s.stop_at.count({rank, k})) std::raise(SIGSTOP);
@@ -286,7 +286,7 @@ struct Worker {
         step_local(k, l);
       else
         step_actor(k, l);
-      if (k == s.save_at) ampactor::save_run(ckpt_of(rank), parts(), k);
+      if (k == s.save_at) ampactor::save_run(ckpt(), parts(), k);
     }
     if (st.pipe) st.pipe->sync();
   }

@@ -44,12 +44,11 @@ class InputArchive;
 namespace ampactor {
 
 class GradScaler;
-class RunParts;
-std::int64_t load_run(const std::string& path, const RunParts& parts);
 namespace internal {
 class HostOffload;
 class OverlapBackward;
 class ShardedState;
+struct RunAccess;
 }  // namespace internal
 
 /// Named options: AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true). A setter
@@ -217,8 +216,8 @@ class AsyncOptimizer {
   void load(torch::serialize::InputArchive& archive);
 
  private:
-  friend class GradScaler;  // tells the pipeline that it went first
-  friend std::int64_t load_run(const std::string& path, const RunParts& parts);
+  friend class GradScaler;            // tells the pipeline that it went first
+  friend struct internal::RunAccess;  // save_run and load_run
   /// What load() read, checked against this pipeline; applied by apply_load.
   struct Loaded {
     std::vector<at::Tensor> masters, spare;

@@ -44,6 +44,12 @@ class RunParts {
 /// The run's parts and `step` in one file, atomically (save_atomically), under the keys "step",
 /// "model", "optimizer", "scaler" and "pipeline" (the layout of the guide's manual checkpoint).
 /// The pipeline is saved first: it waits for the steps in flight, so the optimizer holds still.
+/// With a pipeline that shards its optimizer state it is a collective (every rank calls it at the
+/// same step, with the same path): each rank writes its shard to PATH.step<K>.rank<R>-of-<N>,
+/// then rank 0 the manifest at `path` (<ampactor/actors/sharded_checkpoint.h>), once every
+/// shard is written; then each rank removes its shard files of earlier saves at `path`. A rank
+/// that cannot write: every rank throws ScalerError(errc::bad_checkpoint) naming it, and the
+/// manifest still names the last save's shards.
 void save_run(const std::string& path, const RunParts& parts, std::int64_t step);
 /// Loads a whole run into the live parts, or nothing: the file is screened (load_checkpoint); the
 /// model's parameters and buffers (names, shapes, dtypes: LibTorch's Module::load checks none),
@@ -53,7 +59,11 @@ void save_run(const std::string& path, const RunParts& parts, std::int64_t step)
 /// fused ones); if any part refuses, every part is as it was. A part of `parts` the file lacks
 /// is refused too; one in the file that `parts` leaves out is not read (the model alone, for
 /// evaluation). Errors: ScalerError(errc::bad_checkpoint) naming the part. Returns the saved
-/// step.
+/// step. With a pipeline that shards its optimizer state, `path` is the manifest and it is a
+/// collective: rank 0 reads the manifest and every rank gets it, each checks its shard file
+/// (size, digest) and its parts, then the ranks agree: if any refuses, every rank throws naming
+/// that rank and its reason, and none loads anything. Another world size is refused (re-shard
+/// with reshard_run); so is a manifest given to an unsharded pipeline (consolidate_run).
 std::int64_t load_run(const std::string& path, const RunParts& parts);
 
 torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,

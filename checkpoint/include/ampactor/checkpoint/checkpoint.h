@@ -33,6 +33,8 @@ StateDict read_state_dict(torch::serialize::InputArchive& archive);
 /// kills the process when. Throws ScalerError(errc::bad_checkpoint) naming the path on any I/O
 /// error (the temporary file is removed and `path` left as it was).
 void save_atomically(torch::serialize::OutputArchive& archive, const std::string& path);
+/// Writes `text` to `path` as save_atomically writes an archive (a manifest, say).
+void save_text_atomically(const std::string& text, const std::string& path);
 /// Reads the checkpoint at `path` into `archive`. A missing, truncated or corrupt file throws
 /// ScalerError(errc::bad_checkpoint) naming the path and what is wrong.
 void load_checkpoint(torch::serialize::InputArchive& archive, const std::string& path);

@@ -1,0 +1,62 @@
+// save_run and load_run with a pipeline that shards its optimizer state: collectives that write
+// and read each rank's shard file and rank 0's manifest, every rank agreeing before anything is
+// published or changed.
+#pragma once
+
+#include <ampactor/actors/async_optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ampactor {
+class RankGroup;
+class RunParts;
+class ShardLayout;
+}  // namespace ampactor
+
+namespace ampactor::internal {
+
+/// What save_run and load_run need of a pipeline's privates.
+struct RunAccess {
+  using Loaded = AsyncOptimizer::Loaded;
+  static Loaded checked_load(const AsyncOptimizer& pipe, torch::serialize::InputArchive& archive) {
+    return pipe.checked_load(archive);
+  }
+  static void apply_load(AsyncOptimizer& pipe, const Loaded& l) { pipe.apply_load(l); }
+  static bool sharded(const AsyncOptimizer& pipe);
+  static RankGroup& ranks(const AsyncOptimizer& pipe);
+  static const ShardLayout& layout(const AsyncOptimizer& pipe);
+  /// The model parameters' shapes, in the layout's order.
+  static std::vector<std::vector<std::int64_t>> shapes(const AsyncOptimizer& pipe);
+};
+
+/// Rank r's shard file of a save at `step` to BASE (the manifest's file name):
+/// "BASE.step<K>.rank<R>-of-<N>".
+std::string shard_name(const std::string& base, std::int64_t step, int rank, int world);
+
+/// What a sharded pipeline's save() records as its shard (AsyncOptimizer::shard_text).
+std::string shard_text(int rank, const ShardLayout& layout);
+
+/// Every rank's `mine`, in rank order: two all-gathers, the lengths then the padded bytes.
+std::vector<std::string> gather_strings(RankGroup& ranks, const std::string& mine);
+
+/// Each rank passes its error ("" for none); if any rank has one, every rank throws
+/// ScalerError(errc::bad_checkpoint): what(the first failing rank), then its error.
+void agree(RankGroup& ranks, const std::string& error, const std::function<std::string(int)>& what);
+
+/// Agrees an error through `agree` instead of throwing it: the hook load_run_file calls once its
+/// checks are done and before anything it cannot undo.
+using AgreeFn = std::function<void(const std::string& error)>;
+
+/// save_run for a sharded pipeline: write_file(f) writes this rank's whole run to f.
+void save_sharded_run(const std::string& path, const RunParts& parts, std::int64_t step,
+                      const std::function<void(const std::string&)>& write_file);
+/// load_run for a sharded pipeline: load_file(f, agree) loads this rank's file f as load_run
+/// does, calling agree before it changes anything.
+std::int64_t load_sharded_run(
+    const std::string& path, const RunParts& parts,
+    const std::function<std::int64_t(const std::string&, const AgreeFn&)>& load_file);
+
+}  // namespace ampactor::internal

@@ -1,0 +1,357 @@
+// Sharded run checkpoints: the manifest, the shard files' digests, and save_run / load_run as
+// collectives in which every rank agrees before a manifest is published or a shard loaded.
+#include "internal/sharded_run.h"
+#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/checkpoint.h>
+#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/core/errors.h>
+#include <ampactor/scaler/ranks.h>
+#include "internal/shard_state.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace ampactor {
+namespace {
+
+[[noreturn]] void refuse(const std::string& why) {
+  throw ScalerError(errc::bad_checkpoint, why);
+}
+
+std::string folder_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+}  // namespace
+
+std::string ShardManifest::shard_path(const std::string& manifest_path, int rank) const {
+  return (fs::path(folder_of(manifest_path)) / shards.at(std::size_t(rank)).file).string();
+}
+
+std::string ShardManifest::to_json() const {
+  nlohmann::ordered_json j;
+  j["ampactor"] = "sharded checkpoint";
+  j["version"] = 1;
+  j["step"] = step;
+  j["world"] = world;
+  j["granule"] = granule;
+  j["numels"] = numels;
+  j["shapes"] = shapes;
+  for (const Shard& s : shards)
+    j["shards"].push_back(
+        {{"rank", s.rank}, {"file", s.file}, {"bytes", s.bytes}, {"digest", s.digest}});
+  return j.dump(1) + "\n";
+}
+
+bool is_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char c = 0;
+  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  return in && c == '{';
+}
+
+namespace {
+
+/// The manifest in `text` (read from `path`), checked for form.
+ShardManifest parse_manifest(const std::string& text, const std::string& path) {
+  ShardManifest m;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.value("ampactor", "") != "sharded checkpoint" || j.value("version", 0) != 1)
+      refuse("'" + path + "' is not a version-1 ampactor sharded checkpoint manifest");
+    m.step = j.at("step").get<std::int64_t>();
+    m.world = j.at("world").get<int>();
+    m.granule = j.at("granule").get<std::int64_t>();
+    m.numels = j.at("numels").get<std::vector<std::int64_t>>();
+    m.shapes = j.at("shapes").get<std::vector<std::vector<std::int64_t>>>();
+    for (const auto& s : j.at("shards"))
+      m.shards.push_back({s.at("rank").get<int>(), s.at("file").get<std::string>(),
+                          s.at("bytes").get<std::uint64_t>(), s.at("digest").get<std::string>()});
+    (void)m.layout();  // the layout's own checks (world, granule, sizes)
+  } catch (const nlohmann::json::exception& e) {
+    refuse("the manifest '" + path + "' is malformed: " + e.what());
+  } catch (const ScalerError& e) {
+    refuse("the manifest '" + path + "': " + e.what());
+  }
+  if (m.shards.size() != std::size_t(m.world))
+    refuse("the manifest '" + path + "' names " + std::to_string(m.shards.size()) +
+           " shards for world " + std::to_string(m.world));
+  if (m.shapes.size() != m.numels.size())
+    refuse("the manifest '" + path + "' has " + std::to_string(m.shapes.size()) + " shapes for " +
+           std::to_string(m.numels.size()) + " parameters");
+  for (std::size_t i = 0; i < m.shapes.size(); ++i) {
+    std::int64_t n = 1;
+    for (std::int64_t d : m.shapes[i])
+      n *= d;
+    if (n != m.numels[i])
+      refuse("the manifest '" + path + "': parameter " + std::to_string(i) + "'s shape holds " +
+             std::to_string(n) + " elements, the layout " + std::to_string(m.numels[i]));
+  }
+  for (int r = 0; r < m.world; ++r) {
+    const std::string& f = m.shards[std::size_t(r)].file;
+    if (m.shards[std::size_t(r)].rank != r || f.empty() || f.find('/') != std::string::npos)
+      refuse("the manifest '" + path + "': entry " + std::to_string(r) + " is not rank " +
+             std::to_string(r) + "'s shard file in the manifest's folder");
+  }
+  return m;
+}
+
+}  // namespace
+
+ShardManifest read_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse("cannot open the manifest '" + path + "': " + std::strerror(errno));
+  if (!is_manifest(path))
+    refuse("'" + path +
+           "' is not a sharded run's manifest (an ordinary checkpoint? ampactor-ckpt reshard "
+           "makes a sharded run of one)");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_manifest(text.str(), path);
+}
+
+std::string file_digest(const std::string& path, std::uint64_t* bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse("cannot open '" + path + "': " + std::strerror(errno));
+  constexpr std::uint64_t prime = 1099511628211ULL;
+  std::uint64_t h = 14695981039346656037ULL, n = 0;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    const std::size_t got = std::size_t(in.gcount());
+    std::memset(buf.data() + got, 0, (8 - got % 8) % 8);  // the tail, zero-padded
+    for (std::size_t i = 0; i < got; i += 8) {
+      std::uint64_t w;
+      std::memcpy(&w, buf.data() + i, 8);
+      h = (h ^ w) * prime;
+    }
+    n += got;
+  }
+  if (in.bad()) refuse("cannot read '" + path + "'");
+  h = (h ^ n) * prime;
+  if (bytes) *bytes = n;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("fnv1a64w:") + hex;
+}
+
+namespace {
+
+/// "" if rank r's shard file is there with the size and digest recorded, else what differs.
+std::string shard_problem(const ShardManifest& m, const std::string& path, int r) {
+  const ShardManifest::Shard& s = m.shards[std::size_t(r)];
+  const std::string f = m.shard_path(path, r);
+  std::error_code ec;
+  if (!fs::exists(f, ec))
+    return "its shard file '" + f + "' is missing (the manifest names it for step " +
+           std::to_string(m.step) + ")";
+  std::uint64_t bytes = 0;
+  std::string d;
+  try {
+    d = file_digest(f, &bytes);
+  } catch (const ScalerError& e) {
+    return e.what();
+  }
+  if (bytes != s.bytes)
+    return "its shard file '" + f + "' holds " + std::to_string(bytes) + " bytes, the manifest " +
+           std::to_string(s.bytes) + " (another save's, or damaged)";
+  if (d != s.digest)
+    return "its shard file '" + f + "' has digest " + d + ", the manifest " + s.digest +
+           " (another save's, or damaged)";
+  return "";
+}
+
+}  // namespace
+
+ShardManifest check_sharded_run(const std::string& path) {
+  ShardManifest m = read_manifest(path);
+  for (int r = 0; r < m.world; ++r)
+    if (const std::string p = shard_problem(m, path, r); !p.empty())
+      refuse("sharded checkpoint '" + path + "': rank " + std::to_string(r) + ": " + p);
+  return m;
+}
+
+namespace internal {
+
+bool RunAccess::sharded(const AsyncOptimizer& pipe) {
+  return pipe.shard_ != nullptr;
+}
+RankGroup& RunAccess::ranks(const AsyncOptimizer& pipe) {
+  return pipe.shard_->ranks();
+}
+const ShardLayout& RunAccess::layout(const AsyncOptimizer& pipe) {
+  return pipe.shard_->layout();
+}
+std::vector<std::vector<std::int64_t>> RunAccess::shapes(const AsyncOptimizer& pipe) {
+  std::vector<std::vector<std::int64_t>> s;
+  for (const at::Tensor& p : pipe.model_)
+    s.emplace_back(p.sizes().begin(), p.sizes().end());
+  return s;
+}
+
+std::vector<std::string> gather_strings(RankGroup& ranks, const std::string& mine) {
+  const int world = ranks.size();
+  at::Tensor len = at::empty({8}, at::kByte), lens = at::empty({8 * world}, at::kByte);
+  const std::uint64_t n = mine.size();
+  std::memcpy(len.data_ptr(), &n, 8);
+  ranks.all_gather(len, lens);
+  std::vector<std::uint64_t> sizes(std::size_t(world), 0);
+  std::memcpy(sizes.data(), lens.data_ptr(), 8 * std::size_t(world));
+  std::uint64_t most = 1;
+  for (std::uint64_t s : sizes)
+    most = std::max(most, s);
+  at::Tensor buf = at::zeros({std::int64_t(most)}, at::kByte);
+  std::memcpy(buf.data_ptr(), mine.data(), mine.size());
+  at::Tensor all = at::empty({std::int64_t(most) * world}, at::kByte);
+  ranks.all_gather(buf, all);
+  std::vector<std::string> out;
+  for (int r = 0; r < world; ++r)
+    out.emplace_back(static_cast<const char*>(all.data_ptr()) + most * std::uint64_t(r),
+                     sizes[std::size_t(r)]);
+  return out;
+}
+
+void agree(RankGroup& ranks, const std::string& error,
+           const std::function<std::string(int)>& what) {
+  const std::vector<std::string> all = gather_strings(ranks, error);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (!all[r].empty()) refuse(what(int(r)) + ": " + all[r]);
+}
+
+std::string shard_text(int rank, const ShardLayout& layout) {
+  return "rank " + std::to_string(rank) + "'s shard (" + layout.str() + ")";
+}
+
+std::string shard_name(const std::string& base, std::int64_t step, int rank, int world) {
+  return base + ".step" + std::to_string(step) + ".rank" + std::to_string(rank) + "-of-" +
+         std::to_string(world);
+}
+
+namespace {
+
+/// This rank's shard files of earlier saves at the same path (BASE.step<K>.rank<R>-of-<N>, K
+/// not `step`): the published manifest no longer names them.
+void remove_older(const std::string& path, std::int64_t step, int rank, int world) {
+  const std::string base = fs::path(path).filename().string(), head = base + ".step",
+                    tail = ".rank" + std::to_string(rank) + "-of-" + std::to_string(world);
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(folder_of(path), ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
+        n.compare(n.size() - tail.size(), tail.size(), tail) != 0 ||
+        n == shard_name(base, step, rank, world))
+      continue;
+    const std::string k = n.substr(head.size(), n.size() - head.size() - tail.size());
+    if (k.find_first_not_of("0123456789") == std::string::npos) fs::remove(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+void save_sharded_run(const std::string& path, const RunParts& parts, std::int64_t step,
+                      const std::function<void(const std::string&)>& write_file) {
+  const AsyncOptimizer& pipe = *parts.pipeline();
+  RankGroup& ranks = RunAccess::ranks(pipe);
+  const int rank = ranks.rank(), world = ranks.size();
+  const std::string base = fs::path(path).filename().string();
+  if (base.empty() || base == "." || base == "..")
+    throw ScalerError(errc::bad_option, "save_run: '" + path + "' names no file");
+  const std::string file =
+      (fs::path(folder_of(path)) / shard_name(base, step, rank, world)).string();
+  // Each rank writes its shard; then, once all have, rank 0 the manifest that names them all.
+  std::string error, digest;
+  std::uint64_t bytes = 0;
+  try {
+    write_file(file);
+    digest = file_digest(file, &bytes);
+  } catch (const ScalerError& e) {
+    error = e.what();
+  }
+  agree(ranks, error, [&](int r) {
+    return "save_run '" + path + "': rank " + std::to_string(r) +
+           " could not write its shard, so no manifest was written";
+  });
+  const std::vector<std::string> entries =
+      gather_strings(ranks, digest + " " + std::to_string(bytes));
+  std::string manifest_error;
+  if (rank == 0) {
+    ShardManifest m;
+    const ShardLayout& layout = RunAccess::layout(pipe);
+    m.step = step;
+    m.numels = layout.numels();
+    m.world = world;
+    m.granule = layout.granule();
+    m.shapes = RunAccess::shapes(pipe);
+    for (int r = 0; r < world; ++r) {
+      std::istringstream in(entries[std::size_t(r)]);
+      ShardManifest::Shard s;
+      s.rank = r;
+      s.file = shard_name(base, step, r, world);
+      in >> s.digest >> s.bytes;
+      m.shards.push_back(s);
+    }
+    try {
+      save_text_atomically(m.to_json(), path);
+    } catch (const ScalerError& e) {
+      manifest_error = e.what();
+    }
+  }
+  agree(ranks, manifest_error,
+        [&](int) { return "save_run: rank 0 could not write the manifest '" + path + "'"; });
+  remove_older(path, step, rank, world);
+}
+
+std::int64_t load_sharded_run(
+    const std::string& path, const RunParts& parts,
+    const std::function<std::int64_t(const std::string&, const AgreeFn&)>& load_file) {
+  const AsyncOptimizer& pipe = *parts.pipeline();
+  RankGroup& ranks = RunAccess::ranks(pipe);
+  const int rank = ranks.rank(), world = ranks.size();
+  // Its steps done and its weights gathered first (a collective), so that no rank's refusal
+  // below leaves the others in it.
+  parts.pipeline()->sync();
+  // Rank 0 reads the manifest and every rank gets its text (other ranks' disks may have none).
+  std::string text;
+  if (rank == 0) try {
+      read_manifest(path);  // its checks, so that every rank's error is rank 0's
+      std::ifstream in(path, std::ios::binary);
+      std::ostringstream o;
+      o << in.rdbuf();
+      text = o.str();
+    } catch (const ScalerError& e) {
+      text = std::string(1, '\0') + e.what();
+    }
+  text = gather_strings(ranks, text)[0];
+  if (!text.empty() && text[0] == '\0') refuse("load_run: " + text.substr(1));
+  const ShardManifest m = parse_manifest(text, path);
+  if (m.world != world)
+    refuse("load_run: '" + path + "' holds a run sharded over " + std::to_string(m.world) +
+           " ranks, this one has " + std::to_string(world) + ": re-shard it first (ampactor-ckpt " +
+           "reshard " + path + " --world " + std::to_string(world) + " OUT)");
+  const ShardLayout& layout = RunAccess::layout(pipe);
+  if (m.layout() != layout || m.shapes != RunAccess::shapes(pipe))
+    refuse("load_run: '" + path + "' holds another model's shards (" + m.layout().str() +
+           "), this pipeline's are " + layout.str());
+  const AgreeFn agreed = [&](const std::string& error) {
+    agree(ranks, error, [&](int r) {
+      return "load_run '" + path + "': rank " + std::to_string(r) +
+             " refused its shard, so no rank loaded";
+    });
+  };
+  if (const std::string p = shard_problem(m, path, rank); !p.empty()) agreed(p);  // throws
+  return load_file(m.shard_path(path, rank), agreed);
+}
+
+}  // namespace internal
+}  // namespace ampactor
