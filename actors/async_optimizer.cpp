@@ -92,15 +92,14 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   if (options_.shard_optimizer_state()) {
     const char* why = !scaler.options().ranks()
                           ? "needs data-parallel ranks (GradScalerOptions::ranks)"
-                      : options_.swap_weights()     ? "does not work with swap_weights yet"
                       : offload_                    ? "does not work with master_device yet"
                       : options_.overlap_backward() ? "does not work with overlap_backward yet"
                                                     : nullptr;
     if (why)
       throw ScalerError(errc::bad_option,
                         std::string("AsyncOptimizer: shard_optimizer_state ") + why);
-    shard_ = std::make_unique<internal::ShardedState>(model_, scaler.options().ranks(),
-                                                      options_.optim_dtype());
+    shard_ = std::make_unique<internal::ShardedState>(
+        model_, scaler.options().ranks(), options_.optim_dtype(), options_.swap_weights());
     masters_ = shard_->masters();
     for (const at::Tensor& m : masters_)
       master_impls_.insert(m.unsafeGetTensorImpl());
@@ -168,6 +167,7 @@ void AsyncOptimizer::copy_to_model() {
 }
 
 void AsyncOptimizer::copy_to_spare() {
+  if (shard_) return shard_->gather_spare();  // a collective, as copy_to_model's
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < spare_.size(); ++i)
     spare_[i].copy_(masters_[i]);
@@ -175,6 +175,7 @@ void AsyncOptimizer::copy_to_spare() {
 
 void AsyncOptimizer::swap_in() {
   // The trainer waits meanwhile, and backward is over: nothing reads the parameters' storage.
+  if (shard_) return shard_->swap(model_);
   for (std::size_t i = 0; i < model_.size(); ++i) {
     at::Tensor old = model_[i].variable_data();  // the storage the model used until now
     model_[i].set_data(spare_[i]);
@@ -394,8 +395,8 @@ void AsyncOptimizer::sync() {
     offload_->exchange(nullptr, &model_);
     return;
   }
-  if (waiter_ && deferring_) {
-    take_spare();                                         // the newest weights are the model's
+  if (waiter_ && deferring_ && !shard_) {  // a sharded pipeline's jobs send no word: below
+    take_spare();                          // the newest weights are the model's
     scaler().run_on_optimizer([&] { copy_to_spare(); });  // both buffers equal
     return;
   }

@@ -25,7 +25,7 @@ std::vector<std::int64_t> numels_of(const std::vector<at::Tensor>& model) {
 }  // namespace
 
 ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
-                           at::ScalarType optim_dtype)
+                           at::ScalarType optim_dtype, bool spare)
     : ranks_(std::move(ranks)), layout_(numels_of(model), ranks_->size()) {
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model.size(); ++i)
@@ -39,11 +39,12 @@ ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankG
       model.empty() ? at::TensorOptions(at::kFloat) : model[0].options().requires_grad(false);
   flat_ = at::zeros({layout_.world() * layout_.slot()}, o);
   attach_weights(model);
+  if (spare) spare_ = flat_.clone();
   for (const at::Tensor& p : model)
     holders_.push_back(at::zeros({}, p.options().dtype(at::kFloat)).expand(p.sizes()));
   mine_ = layout_.pieces(ranks_->rank());
   for (const ShardPiece& s : mine_)
-    masters_.push_back(weights_of(s)
+    masters_.push_back(weights_of(flat_, s)
                            .to(optim_dtype, /*non_blocking=*/false, /*copy=*/true)
                            .set_requires_grad(true));
 }
@@ -64,8 +65,8 @@ double ShardedState::grad_norm() const {
   return global_norm(grads, 1.0, nullptr);
 }
 
-at::Tensor ShardedState::weights_of(const ShardPiece& s) const {
-  return flat_.narrow(0, layout_.start(s.param) + s.offset, s.length);
+at::Tensor ShardedState::weights_of(const at::Tensor& flat, const ShardPiece& s) const {
+  return flat.narrow(0, layout_.start(s.param) + s.offset, s.length);
 }
 
 void ShardedState::attach_weights(std::vector<at::Tensor>& model) {
@@ -80,14 +81,29 @@ void ShardedState::attach_weights(std::vector<at::Tensor>& model) {
 
 void ShardedState::gather(std::vector<at::Tensor>& model) {
   attach_weights(model);
+  gather_into(flat_);
+}
+
+void ShardedState::gather_spare() {
+  gather_into(spare_);
+}
+
+void ShardedState::gather_into(at::Tensor& flat) {
   at::AutoGradMode no_grad(false);
   for (std::size_t j = 0; j < mine_.size(); ++j)
-    weights_of(mine_[j]).copy_(masters_[j]);
+    weights_of(flat, mine_[j]).copy_(masters_[j]);
   if (layout_.world() == 1) return;
-  const at::Tensor bytes = flat_.view(at::kByte);
-  const std::int64_t slot = layout_.slot() * std::int64_t(flat_.element_size());
+  const at::Tensor bytes = flat.view(at::kByte);
+  const std::int64_t slot = layout_.slot() * std::int64_t(flat.element_size());
   at::Tensor all = bytes;
   ranks_->all_gather(bytes.narrow(0, ranks_->rank() * slot, slot), all);
+}
+
+void ShardedState::swap(std::vector<at::Tensor>& model) {
+  std::swap(flat_, spare_);
+  at::AutoGradMode no_grad(false);
+  for (std::size_t i = 0; i < model.size(); ++i)
+    model[i].set_data(flat_.narrow(0, layout_.start(i), model[i].numel()).view(model[i].sizes()));
 }
 
 }  // namespace ampactor::internal
@@ -127,17 +143,36 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
     });
     return;
   }
+  // swap_weights: the job gathers the new weights into the spare buffer (the collective off the
+  // trainer's path), even when the step fails (as unsharded: the spare is always the masters'),
+  // and the trainer's next step swaps it in.
+  const bool swap = options_.swap_weights();
+  auto publish = [this, swap] { swap ? swap_in() : copy_to_model(); };
+  auto job = [this, swap](auto&& work) {
+    try {
+      work();
+    } catch (...) {
+      if (swap) try {
+          copy_to_spare();
+        } catch (...) {  // the group failed: the work's error is the one to report
+        }
+      throw;
+    }
+    if (swap) copy_to_spare();
+  };
   if (options_.defer_grad_move()) {
     // The job owns the grads from here (the next backward writes fresh ones); the trainer waits
     // only for the last step's weights, then the move and the step run behind its next
     // forward. It counts the move's unscale now, as step_deferred does.
     for (at::Tensor& p : model_)
       p.mutable_grad() = at::Tensor();
-    scaler().run_on_optimizer([&] { copy_to_model(); });
+    scaler().run_on_optimizer(publish);
     scaler().submit(
-        [move, stepping = std::move(stepping), grads = std::move(grads)] {
-          move(grads, /*adopt=*/true);
-          stepping();
+        [move, job, stepping = std::move(stepping), grads = std::move(grads)] {
+          job([&] {
+            move(grads, /*adopt=*/true);
+            stepping();
+          });
         },
         SubmitOptions().unscales(UnscalePermit::exactly(1)));
     return;
@@ -145,10 +180,11 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   // Staleness 1: the last step's shards into every model, then the move, waited for (both
   // collectives, in the same order on every rank); the step overlaps the next backward.
   scaler().run_on_optimizer([&] {
-    copy_to_model();
+    publish();
     move(grads, false);
   });
-  scaler().submit(std::move(stepping), SubmitOptions().unscales(UnscalePermit::none()));
+  scaler().submit([job, stepping = std::move(stepping)] { job(stepping); },
+                  SubmitOptions().unscales(UnscalePermit::none()));
 }
 
 }  // namespace ampactor

@@ -155,8 +155,9 @@ void AsyncOptimizer::apply_load(const Loaded& l) {
     at::AutoGradMode no_grad(false);
     for (std::size_t i = 0; i < masters_.size(); ++i)
       masters_[i].detach().copy_(masters[i]);
-    if (!spare_.empty()) {
-      // A checkpoint without spare weights: the masters' cast, which is what the spare holds.
+    if (options_.swap_weights()) {
+      // A checkpoint without spare weights (a sharded one never has them): the masters' cast,
+      // which is what the spare holds.
       if (spare.empty())
         copy_to_spare();
       else

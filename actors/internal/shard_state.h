@@ -19,8 +19,10 @@ class ShardedState {
   /// model: the model's parameters (contiguous, on the CPU, one dtype; ScalerError(bad_parameters)
   /// otherwise). They become views of one flat buffer in the layout's order, which the weights'
   /// all-gather fills in place.
+  /// spare (swap_weights): a second flat buffer, which gather_spare() fills and swap() makes the
+  /// model's.
   ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
-               at::ScalarType optim_dtype);
+               at::ScalarType optim_dtype, bool spare);
 
   const ShardLayout& layout() const { return layout_; }
   int rank() const { return ranks_->rank(); }
@@ -42,15 +44,24 @@ class ShardedState {
   /// storage was replaced meanwhile (Module::load sets a loaded tensor's) is first made a view
   /// of the flat buffer again, holding what it holds.
   void gather(std::vector<at::Tensor>& model);
+  /// swap_weights: this rank's masters into its slot of the spare buffer, then every rank's slot
+  /// into every rank's spare (one all-gather, a collective). The model is not touched.
+  void gather_spare();
+  /// swap_weights: the spare becomes the model's weights (each parameter a view of it, no copy),
+  /// and the model's buffer the spare. Nothing may read the parameters meanwhile.
+  void swap(std::vector<at::Tensor>& model);
 
  private:
   std::shared_ptr<RankGroup> ranks_;
   ShardLayout layout_;
   std::vector<ShardPiece> mine_;
   std::vector<at::Tensor> masters_, holders_;
-  at::Tensor flat_;  // the model's weights: world x slot elements, each rank's shard in its slot
-  /// A piece's weights in flat_.
-  at::Tensor weights_of(const ShardPiece& s) const;
+  at::Tensor flat_;   // the model's weights: world x slot elements, each rank's shard in its slot
+  at::Tensor spare_;  // swap_weights: the next weights, laid out as flat_
+  /// A piece's weights in `flat` (flat_ or spare_).
+  at::Tensor weights_of(const at::Tensor& flat, const ShardPiece& s) const;
+  /// This rank's masters into its slot of `flat`, then the all-gather into every rank's.
+  void gather_into(at::Tensor& flat);
   /// Makes each parameter that is not one a view of flat_, holding what it holds.
   void attach_weights(std::vector<at::Tensor>& model);
 };

@@ -176,7 +176,7 @@ TEST_CASE(
 
 TEST_CASE(
     "shard_optimizer_state: bit for bit the unsharded run on 2 and 4 ranks, one rank's inf, "
-    "clipping, each rank keeping 1/N of the masters") {
+    "clipping, swap_weights and defer_grad_move, each rank keeping 1/N of the masters") {
   struct Setup {
     int n;
     std::vector<std::string> args;
@@ -185,7 +185,9 @@ TEST_CASE(
       {2, {"--staleness", "0", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:5"}},
       {4, {"--staleness", "1", "--inf-at", "2:4"}},
       {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}},
-      {2, {"--staleness", "1", "--defer-move", "--fused", "--adam", "--inf-at", "1:3"}}};
+      {2, {"--staleness", "1", "--defer-move", "--fused", "--adam", "--inf-at", "1:3"}},
+      {2, {"--staleness", "1", "--swap", "--adam", "--clip", "0.5", "--inf-at", "1:6"}},
+      {4, {"--staleness", "1", "--defer", "--fused", "--adam", "--inf-at", "3:5"}}};
   for (std::size_t i = 0; i < setups.size(); ++i) {
     auto args = setups[i].args;
     const int n = setups[i].n;

@@ -57,7 +57,8 @@ std::set<std::string> files_in(const fs::path& dir) {
 
 TEST_CASE(
     "shard_optimizer_state: save_run writes each rank's shard and rank 0's manifest and drops the "
-    "last save's shards; a resumed run goes on bit for bit, also after a rank was SIGKILLed") {
+    "last save's shards; a resumed run goes on bit for bit (staleness 0, and 1 with swap_weights), "
+    "also after a rank was SIGKILLed") {
   const fs::path dir = fresh("shard-ckpt");
   const std::string ckpt = (dir / "run").string();
   const std::vector<std::string> common = {"--path",  "pipeline", "--model",  "mlp",
@@ -67,6 +68,7 @@ TEST_CASE(
     CAPTURE(staleness);
     auto args = common;
     args.insert(args.end(), {"--staleness", staleness, "--ckpt", ckpt});
+    if (std::string(staleness) == "1") args.push_back("--swap");  // the spare refilled on load
     // An earlier save at 2, then the saving run, which goes on to the end: the reference.
     auto early = args, saving = args, resuming = args;
     early.insert(early.end(), {"--save-at", "2"});

@@ -41,7 +41,7 @@ struct Settings {
   int steps = 20, staleness = 1, single = 0, growth_interval = 3;
   std::int64_t batch = 8;
   double init_scale = 1024;
-  bool defer = false;
+  bool defer = false, swap = false;
   bool defer_move = false;              // defer_grad_move alone
   bool fused = false, overlap = false;  // FusedSGD; overlap_backward (with --fused)
   bool print_overflow = false;          // a "last_overflow K ranks R..." line after training
@@ -74,6 +74,7 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--staleness", s.staleness);
   app.add_flag("--defer", s.defer, "defer_grad_move and swap_weights");
   app.add_flag("--defer-move", s.defer_move, "defer_grad_move alone");
+  app.add_flag("--swap", s.swap, "swap_weights alone");
   app.add_flag("--fused", s.fused, "pipeline: ampactor::optim::FusedSGD instead of torch's SGD");
   app.add_flag("--overlap", s.overlap, "pipeline: overlap_backward (needs --fused, staleness 0)");
   app.add_flag("--print-overflow", s.print_overflow, "print the scaler's last_overflow()");
@@ -177,7 +178,7 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
     if (s.path == "pipeline") {
       auto o = ampactor::AsyncOptimizerOptions()
                    .staleness(s.staleness)
-                   .swap_weights(s.defer)
+                   .swap_weights(s.defer || s.swap)
                    .defer_grad_move(s.defer || s.defer_move)
                    .overlap_backward(s.overlap)
                    .bucket_bytes(s.bucket_bytes)
