@@ -128,9 +128,11 @@ class AsyncOptimizerOptions {
   /// rank's pieces, 1-D). The gradients are averaged as without it (the same floats), each rank
   /// steps its shard, and an all-gather brings the updated weights into every rank's model:
   /// masters, moments, scales and skips bit for bit those of the unsharded run, with 1/N of the
-  /// masters and state per rank. Staleness 0 and 1 (with defer_grad_move too), the model on the
-  /// CPU; not yet with swap_weights, master_device or overlap_backward (refused). Every rank
-  /// must set it alike (checked at construction).
+  /// masters and state per rank. Staleness 0 and 1 (with defer_grad_move, swap_weights or both:
+  /// with swap_weights the job gathers into a second flat buffer and the next step swaps it in),
+  /// the model on the CPU; not yet with master_device or overlap_backward (refused). Every rank
+  /// must set it alike (checked at construction). save_run and load_run become collectives
+  /// (<ampactor/actors/sharded_checkpoint.h>).
   AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
 };
 
