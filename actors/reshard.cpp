@@ -50,12 +50,19 @@ Node read_node(InputArchive& a) {
   return n;
 }
 
+void write_node(const Node& n, OutputArchive& a);
+
+/// `n` as the sub-archive `key` of `parent`.
+void write_node(const Node& n, OutputArchive& parent, const std::string& key) {
+  OutputArchive a(parent.compilation_unit());
+  write_node(n, a);
+  parent.write(key, a);
+}
+
 void write_node(const Node& n, OutputArchive& a) {
   for (const Node::Entry& e : n.entries) {
     if (e.sub) {
-      OutputArchive sub(a.compilation_unit());
-      write_node(*e.sub, sub);
-      a.write(e.key, sub);
+      write_node(*e.sub, a, e.key);
     } else if (e.value.isTensor()) {  // a model's parameter (it requires grad) or buffer
       const at::Tensor t = e.value.toTensor();
       a.write(e.key, t, /*is_buffer=*/!t.requires_grad());
@@ -292,11 +299,7 @@ void write_run(const Run& run, const std::vector<ShardPiece>& pieces, bool whole
                   /*is_buffer=*/true);
   pipe.write("masters", masters);
   all.write("pipeline", pipe);
-  if (run.model) {
-    OutputArchive model(cu);
-    write_node(*run.model, model);
-    all.write("model", model);
-  }
+  if (run.model) write_node(*run.model, all, "model");
   // LibTorch's optimizer archive: its state by key; its one group's parameters' keys, in order,
   // and options.
   opt.write("pytorch_version", run.pytorch_version);
@@ -313,11 +316,7 @@ void write_run(const Run& run, const std::vector<ShardPiece>& pieces, bool whole
   group.write("params/size", at::scalar_tensor(std::int64_t(pieces.size()), at::kLong));
   for (std::size_t j = 0; j < pieces.size(); ++j)
     group.write("params/" + std::to_string(j), c10::IValue(std::to_string(j)));
-  if (run.options) {
-    OutputArchive options(cu);
-    write_node(*run.options, options);
-    group.write("options", options);
-  }
+  if (run.options) write_node(*run.options, group, "options");
   param_groups.write("param_groups/0", group);
   opt.write("param_groups", param_groups);
   all.write("optimizer", opt);

@@ -116,6 +116,19 @@ if [ -x "$work/find/data_parallel" ]; then
   cat "$work/dp.log"
   [ "$(grep -c '1 step(s) skipped' "$work/dp.log")" -eq 2 ]
   [ "$(sed 's/.*parameter sum //' "$work/dp.log" | sort -u | wc -l)" -eq 1 ]
+  # The sharded example: 40 steps saved, resumed to 60, against 60 in one go: the same weights.
+  (cd "$work" && mkdir -p shard && cd shard &&
+    "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/sharded_run" \
+      --steps 40 >/dev/null &&
+    "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/sharded_run" \
+      --steps 60 --resume >"$work/shard-resumed.log" &&
+    "$work/prefix/bin/ampactor-ckpt" check sharded_run &&
+    "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/sharded_run" \
+      --steps 60 --ckpt one-go >"$work/shard-one-go.log")
+  cat "$work/shard-resumed.log"
+  grep -q "steps 40 to 60" "$work/shard-resumed.log"
+  [ "$(sed 's/.*weight sum \([^,]*\),.*/\1/' "$work/shard-resumed.log" "$work/shard-one-go.log" |
+      sort -u | wc -l)" -eq 1 ]
 fi
 
 echo "== the link line without CMake (doc/reference/cmake-options.md)"
