@@ -16,9 +16,11 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 SRC=$PWD
 
 # -O1 -g1: the optimisation the sanitizers recommend, and line tables, enough to name lines in
-# reports (full debug info of the torch headers costs compile time and disk).
+# reports (full debug info of the torch headers costs compile time and disk). AMPACTOR_PCH: the
+# suites share one precompiled header, as with GCC (clang takes it: every suite has its flags);
+# a suite's file then compiles in half the time.
 CXX=${ASAN_CXX:-clang++} cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug \
-  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DAMPACTOR_PCH=ON \
   -DAMPACTOR_SANITIZE=address,undefined -DAMPACTOR_FUZZ=ON -DAMPACTOR_CUDA=OFF \
   -DAMPACTOR_BENCH=OFF -DAMPACTOR_INSTALL=OFF ${ASAN_CMAKE_ARGS:-} >/dev/null
 start=$SECONDS
