@@ -187,7 +187,7 @@ std::int64_t load_run_file(const std::string& path, const RunParts& parts,
   try {
     check_run(path, parts, c);
     tried_optimizer = parts.optimizer() != nullptr;
-  } catch (const ScalerError& e) {
+  } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     if (!agreed) throw;
     agreed(e.what());  // throws
     throw;

@@ -275,7 +275,7 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   try {
     write_file(file);
     digest = file_digest(file, &bytes);
-  } catch (const ScalerError& e) {
+  } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     error = e.what();
   }
   agree(ranks, error, [&](int r) {
