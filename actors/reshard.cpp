@@ -13,6 +13,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -224,8 +225,20 @@ void merge_common(Run& run, File& f, const std::string& who, bool first) {
   if (group.try_read("options", options)) run.options = read_node(options);
 }
 
+using Progress = std::function<void(const std::string&)>;
+
+/// "PATH (N KiB)", or MiB from 1 MiB on, for progress lines.
+std::string sized(const std::string& path) {
+  std::error_code ec;
+  const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec) return path;
+  const bool mib = bytes >= (1u << 20);
+  return path + " (" + std::to_string((bytes + (mib ? 1u << 19 : 1u << 9)) >> (mib ? 20 : 10)) +
+         (mib ? " MiB)" : " KiB)");
+}
+
 /// The run at `in` (a manifest and its shards, or one ordinary checkpoint), whole.
-Run read_run(const std::string& in) {
+Run read_run(const std::string& in, const Progress& progress) {
   Run run;
   auto size = [&](const std::vector<std::int64_t>& numels) {
     run.numels = numels;
@@ -244,6 +257,7 @@ Run read_run(const std::string& in) {
       const std::string who = "rank " + std::to_string(r) + "'s shard '" + path + "'";
       File f;
       read_file(path, f);
+      if (progress) progress("read rank " + std::to_string(r) + "'s shard " + sized(path));
       merge_common(run, f, who, r == 0);
       c10::IValue shard;
       if (!f.pipe.try_read("shard", shard) || !shard.isString() ||
@@ -259,6 +273,7 @@ Run read_run(const std::string& in) {
   } else {
     File f;
     read_file(in, f);
+    if (progress) progress("read " + sized(in));
     const std::string who = "'" + in + "'";
     if (c10::IValue shard; f.pipe.try_read("shard", shard))
       refuse(who + " holds one rank's shard: consolidate or re-shard the run from its manifest");
@@ -331,24 +346,27 @@ void write_run(const Run& run, const std::vector<ShardPiece>& pieces, bool whole
 
 }  // namespace
 
-void consolidate_run(const std::string& manifest, const std::string& out) {
+void consolidate_run(const std::string& manifest, const std::string& out,
+                     const Progress& progress) {
   if (!is_manifest(manifest))
     refuse("'" + manifest + "' is not a sharded run's manifest (nothing to consolidate)");
-  const Run run = read_run(manifest);
+  const Run run = read_run(manifest, progress);
   std::vector<ShardPiece> whole;
   for (std::size_t p = 0; p < run.numels.size(); ++p)
     whole.push_back(ShardPiece{p, 0, run.numels[p]});
   write_run(run, whole, /*whole=*/true, "", out);
+  if (progress) progress("wrote " + sized(out));
 }
 
-void reshard_run(const std::string& in, int world, const std::string& out) {
+void reshard_run(const std::string& in, int world, const std::string& out,
+                 const Progress& progress) {
   if (world < 1)
     throw ScalerError(errc::bad_option,
                       "reshard_run: world must be at least 1, got " + std::to_string(world));
   const std::string base = std::filesystem::path(out).filename().string();
   if (base.empty() || base == "." || base == "..")
     throw ScalerError(errc::bad_option, "reshard_run: '" + out + "' names no file");
-  const Run run = read_run(in);
+  const Run run = read_run(in, progress);
   const ShardLayout layout(run.numels, world);
   ShardManifest m;
   m.step = run.step;
@@ -364,6 +382,7 @@ void reshard_run(const std::string& in, int world, const std::string& out) {
     const std::string path = m.shard_path(out, r);
     write_run(run, layout.pieces(r), /*whole=*/false, internal::shard_text(r, layout), path);
     m.shards.back().digest = file_digest(path, &m.shards.back().bytes);
+    if (progress) progress("wrote rank " + std::to_string(r) + "'s shard " + sized(path));
   }
   save_text_atomically(m.to_json(), out);  // last: the manifest names whole shards only
 }

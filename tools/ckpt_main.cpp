@@ -42,17 +42,19 @@ int main(int argc, char** argv) {
   reshard->add_option("--world", world, "the new number of ranks")->required();
   reshard->add_option("out", out, "the new manifest (its shards go beside it)")->required();
   CLI11_PARSE(app, argc, argv);
+  // Progress on stderr, a line per file: a large run's shards take a while each.
+  const auto say = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
   try {
     if (check->parsed()) {
       describe(ampactor::check_sharded_run(in), in);
       std::cout << "every shard is whole\n";
     } else if (consolidate->parsed()) {
       std::cerr << "consolidating " << in << " into " << out << "\n";
-      ampactor::consolidate_run(in, out);
+      ampactor::consolidate_run(in, out, say);
       std::cout << "wrote " << out << "\n";
     } else {
       std::cerr << "re-sharding " << in << " over " << world << " ranks into " << out << "\n";
-      ampactor::reshard_run(in, world, out);
+      ampactor::reshard_run(in, world, out, say);
       describe(ampactor::read_manifest(out), out);
     }
     return 0;

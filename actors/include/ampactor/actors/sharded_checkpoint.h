@@ -8,6 +8,7 @@
 #include <ampactor/core/shard_layout.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,12 +56,15 @@ ShardManifest check_sharded_run(const std::string& path);
 /// (check_sharded_run); their optimizers must hold one parameter group over the pipeline's
 /// optim_parameters(), in order, and agree on the step counts, the scaler and the options.
 /// Errors: ScalerError(errc::bad_checkpoint) naming the rank and the reason, nothing written.
-void consolidate_run(const std::string& manifest, const std::string& out);
+/// progress, when given, hears a line per file read or written (ampactor-ckpt prints them).
+void consolidate_run(const std::string& manifest, const std::string& out,
+                     const std::function<void(const std::string&)>& progress = nullptr);
 /// The run at `in` (a manifest, or an ordinary checkpoint of the same pipeline unsharded) as a
 /// sharded run of `world` ranks: the manifest at `out`, the shard files beside it. load_run
 /// resumes it on `world` ranks with shard_optimizer_state, bit for bit the saved state. Errors as
 /// consolidate_run's; a world below 1: ScalerError(errc::bad_option). Holds the whole state in
 /// memory once.
-void reshard_run(const std::string& in, int world, const std::string& out);
+void reshard_run(const std::string& in, int world, const std::string& out,
+                 const std::function<void(const std::string&)>& progress = nullptr);
 
 }  // namespace ampactor
