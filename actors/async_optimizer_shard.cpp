@@ -69,10 +69,15 @@ at::Tensor ShardedState::weights_of(const at::Tensor& flat, const ShardPiece& s)
   return flat.narrow(0, layout_.start(s.param) + s.offset, s.length);
 }
 
+at::Tensor ShardedState::param_in(const at::Tensor& flat, const at::Tensor& p,
+                                  std::size_t i) const {
+  return flat.narrow(0, layout_.start(i), p.numel()).view(p.sizes());
+}
+
 void ShardedState::attach_weights(std::vector<at::Tensor>& model) {
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model.size(); ++i) {
-    at::Tensor w = flat_.narrow(0, layout_.start(i), model[i].numel()).view(model[i].sizes());
+    at::Tensor w = param_in(flat_, model[i], i);
     if (model[i].data_ptr() == w.data_ptr()) continue;
     w.copy_(model[i].detach());
     model[i].set_data(w);  // the parameter stays the model's; its weights now live in flat_
@@ -103,7 +108,7 @@ void ShardedState::swap(std::vector<at::Tensor>& model) {
   std::swap(flat_, spare_);
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model.size(); ++i)
-    model[i].set_data(flat_.narrow(0, layout_.start(i), model[i].numel()).view(model[i].sizes()));
+    model[i].set_data(param_in(flat_, model[i], i));
 }
 
 }  // namespace ampactor::internal

@@ -90,7 +90,7 @@ struct Run {
   std::vector<bool> seen;  // a piece of the parameter was read (its state's presence known)
   std::optional<Node> model, options;
   std::optional<StateDict> scaler;
-  std::vector<std::pair<std::string, c10::IValue>> pipeline;  // setup, format, staleness...
+  std::vector<std::pair<std::string, c10::IValue>> pipeline;  // format, staleness, setup...
   c10::IValue pytorch_version;
 };
 
@@ -114,7 +114,6 @@ void read_file(const std::string& path, File& f) {
     f.shapes.emplace_back(t.sizes().begin(), t.sizes().end());
     f.masters.push_back(t.reshape({-1}));
   }
-  c10::IValue v;
   at::Tensor groups;
   InputArchive param_groups;
   if (!f.opt.try_read("param_groups", param_groups) ||
@@ -132,9 +131,10 @@ void read_file(const std::string& path, File& f) {
            std::to_string(size.item<std::int64_t>()) + " parameters, the pipeline " +
            std::to_string(f.masters.size()) + " masters");
   for (std::size_t k = 0; k < f.masters.size(); ++k) {
-    group.try_read("params/" + std::to_string(k), v);
+    c10::IValue v;
     InputArchive st;
-    if (!v.isString() || !states.try_read(v.toStringRef(), st)) {
+    if (!group.try_read("params/" + std::to_string(k), v) || !v.isString() ||
+        !states.try_read(v.toStringRef(), st)) {
       f.state.emplace_back();  // no state yet (never stepped)
       continue;
     }
@@ -201,22 +201,30 @@ void merge_piece(Run& run, const File& f, std::size_t j, const ShardPiece& s,
   }
 }
 
-/// What every file holds alike (the step, the pipeline's settings, the model, the scaler, the
-/// optimizer's options), from the first file; checked in the others where cheap.
-void merge_common(Run& run, File& f, const std::string& who, bool first) {
+std::int64_t step_of(File& f, const std::string& who) {
   c10::IValue step;
   if (!f.all.try_read("step", step) || !step.isInt()) refuse(who + ": no step");
-  if (first) run.step = step.toInt();
-  if (step.toInt() != run.step)
-    refuse(who + ": step " + std::to_string(step.toInt()) + ", the manifest's " +
-           std::to_string(run.step));
+  return step.toInt();
+}
+
+/// What every file holds alike (the pipeline's settings, the model, the scaler, the optimizer's
+/// options), from the first file; the step (run.step, set by the caller) and the scaler checked
+/// in every one.
+void merge_common(Run& run, File& f, const std::string& who, bool first) {
+  if (const std::int64_t step = step_of(f, who); step != run.step)
+    refuse(who + ": step " + std::to_string(step) + ", the manifest's " + std::to_string(run.step));
   std::optional<StateDict> scaler;
   if (InputArchive a; f.all.try_read("scaler", a)) scaler = read_state_dict(a);
   if (first) run.scaler = scaler;
   if (scaler != run.scaler) refuse(who + ": its scaler's state differs from rank 0's");
   if (!first) return;
-  for (const char* key : {"setup", "format", "staleness", "weights_behind"})
-    if (c10::IValue v; f.pipe.try_read(key, v)) run.pipeline.emplace_back(key, v);
+  // The pipeline's values as save() wrote them, but its shard (the masters are lists).
+  for (const std::string& key : f.pipe.keys()) {
+    InputArchive list;
+    c10::IValue v;
+    if (key != "shard" && !f.pipe.try_read(key, list) && f.pipe.try_read(key, v))
+      run.pipeline.emplace_back(key, v);
+  }
   if (InputArchive a; f.all.try_read("model", a)) run.model = read_node(a);
   InputArchive param_groups, group, options;
   f.opt.try_read("pytorch_version", run.pytorch_version);
@@ -275,6 +283,7 @@ Run read_run(const std::string& in, const Progress& progress) {
     read_file(in, f);
     if (progress) progress("read " + sized(in));
     const std::string who = "'" + in + "'";
+    run.step = step_of(f, who);
     if (c10::IValue shard; f.pipe.try_read("shard", shard))
       refuse(who + " holds one rank's shard: consolidate or re-shard the run from its manifest");
     merge_common(run, f, who, true);

@@ -109,16 +109,23 @@ ShardManifest parse_manifest(const std::string& text, const std::string& path) {
 
 }  // namespace
 
-ShardManifest read_manifest(const std::string& path) {
+/// The text of the manifest at `path`, read once; anything but a manifest refused.
+std::string manifest_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) refuse("cannot open the manifest '" + path + "': " + std::strerror(errno));
-  if (!is_manifest(path))
+  std::ostringstream o;
+  o << in.rdbuf();
+  const std::string text = o.str();
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || text[first] != '{')
     refuse("'" + path +
            "' is not a sharded run's manifest (an ordinary checkpoint? ampactor-ckpt reshard "
            "makes a sharded run of one)");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_manifest(text.str(), path);
+  return text;
+}
+
+ShardManifest read_manifest(const std::string& path) {
+  return parse_manifest(manifest_text(path), path);
 }
 
 std::string file_digest(const std::string& path, std::uint64_t* bytes) {
@@ -324,11 +331,8 @@ std::int64_t load_sharded_run(
   // Rank 0 reads the manifest and every rank gets its text (other ranks' disks may have none).
   std::string text;
   if (rank == 0) try {
-      read_manifest(path);  // its checks, so that every rank's error is rank 0's
-      std::ifstream in(path, std::ios::binary);
-      std::ostringstream o;
-      o << in.rdbuf();
-      text = o.str();
+      text = manifest_text(path);
+      parse_manifest(text, path);  // its checks here, so that every rank's error is rank 0's
     } catch (const ScalerError& e) {
       text = std::string(1, '\0') + e.what();
     }

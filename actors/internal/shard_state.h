@@ -60,6 +60,8 @@ class ShardedState {
   at::Tensor spare_;  // swap_weights: the next weights, laid out as flat_
   /// A piece's weights in `flat` (flat_ or spare_).
   at::Tensor weights_of(const at::Tensor& flat, const ShardPiece& s) const;
+  /// Parameter i (p) as a view of `flat` (flat_ or spare_), in its shape.
+  at::Tensor param_in(const at::Tensor& flat, const at::Tensor& p, std::size_t i) const;
   /// This rank's masters into its slot of `flat`, then the all-gather into every rank's.
   void gather_into(at::Tensor& flat);
   /// Makes each parameter that is not one a view of flat_, holding what it holds.
