@@ -92,14 +92,14 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   if (options_.shard_optimizer_state()) {
     const char* why = !scaler.options().ranks()
                           ? "needs data-parallel ranks (GradScalerOptions::ranks)"
-                      : offload_                    ? "does not work with master_device yet"
-                      : options_.overlap_backward() ? "does not work with overlap_backward yet"
-                                                    : nullptr;
+                      : offload_ ? "does not work with master_device yet"
+                                 : nullptr;
     if (why)
       throw ScalerError(errc::bad_option,
                         std::string("AsyncOptimizer: shard_optimizer_state ") + why);
     shard_ = std::make_unique<internal::ShardedState>(
-        model_, scaler.options().ranks(), options_.optim_dtype(), options_.swap_weights());
+        model_, scaler.options().ranks(), options_.optim_dtype(),
+        /*spare=*/options_.swap_weights() || options_.overlap_backward());
     masters_ = shard_->masters();
     for (const at::Tensor& m : masters_)
       master_impls_.insert(m.unsafeGetTensorImpl());
@@ -130,7 +130,7 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   if (options_.overlap_backward())
     overlap_ = std::make_unique<internal::OverlapBackward>(
         scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks(),
-        options_.clip_grad_norm(), offload_.get());
+        options_.clip_grad_norm(), offload_.get(), shard_.get());
   scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
 }
 

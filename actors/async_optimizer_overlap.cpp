@@ -125,8 +125,10 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
                       "committed");
   }
   if (offload_) return step_overlap_offload(opt, std::move(fn));
+  // Nothing was speculated with the scaler disabled: the synchronous step.
+  if (!scaler().is_enabled() && shard_) return step_sharded(opt, std::move(fn));
   const std::vector<at::Tensor> grads = model_grads();
-  if (!scaler().is_enabled()) {  // nothing was speculated: the synchronous fused step
+  if (!scaler().is_enabled()) {
     fn = clipping(opt, std::move(fn));
     scaler().run_on_optimizer([&] {
       JobContext* job = JobContext::current();

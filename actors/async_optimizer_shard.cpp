@@ -49,20 +49,29 @@ ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankG
                            .set_requires_grad(true));
 }
 
+at::Tensor ShardedState::grad_piece(std::size_t j) const {
+  const at::Tensor& g = holders_[mine_[j].param].grad();
+  return g.defined() ? g.reshape({-1}).narrow(0, mine_[j].offset, mine_[j].length) : at::Tensor();
+}
+
 void ShardedState::attach_grads() {
   for (std::size_t j = 0; j < mine_.size(); ++j) {
-    const at::Tensor& g = holders_[mine_[j].param].grad();
     at::Tensor m = masters_[j];
-    m.mutable_grad() =
-        g.defined() ? g.reshape({-1}).narrow(0, mine_[j].offset, mine_[j].length) : at::Tensor();
+    m.mutable_grad() = grad_piece(j);
   }
 }
 
-double ShardedState::grad_norm() const {
+double ShardedState::clip(double max_norm, const std::vector<double>* squares) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& h : holders_)
     grads.push_back(h.grad());
-  return global_norm(grads, 1.0, nullptr);
+  const double norm = global_norm(grads, 1.0, squares);
+  const double c = clip_coefficient(norm, max_norm);
+  at::NoGradGuard no_grad;
+  if (c < 1)
+    for (const at::Tensor& m : masters_)
+      if (m.grad().defined()) m.grad().mul_(double(float(c)));  // torch's fp32 coefficient
+  return norm;
 }
 
 at::Tensor ShardedState::weights_of(const at::Tensor& flat, const ShardPiece& s) const {
@@ -97,6 +106,14 @@ void ShardedState::gather_into(at::Tensor& flat) {
   at::AutoGradMode no_grad(false);
   for (std::size_t j = 0; j < mine_.size(); ++j)
     weights_of(flat, mine_[j]).copy_(masters_[j]);
+  all_gather(flat);
+}
+
+void ShardedState::exchange_spare() {
+  all_gather(spare_);
+}
+
+void ShardedState::all_gather(at::Tensor& flat) {
   if (layout_.world() == 1) return;
   const at::Tensor bytes = flat.view(at::kByte);
   const std::int64_t slot = layout_.slot() * std::int64_t(flat.element_size());
@@ -128,14 +145,7 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   auto stepping = [this, &opt, max = options_.clip_grad_norm(), fn = std::move(fn)] {
     if (max) {
       double norm = std::numeric_limits<double>::quiet_NaN();  // skipped: nothing clipped
-      if (!JobContext::current()->found_inf(opt).value_or(true)) {
-        norm = shard_->grad_norm();
-        const double c = clip_coefficient(norm, *max);
-        at::NoGradGuard no_grad;
-        if (c < 1)
-          for (const at::Tensor& m : masters_)
-            if (m.grad().defined()) m.grad().mul_(double(float(c)));  // torch's fp32 coefficient
-      }
+      if (!JobContext::current()->found_inf(opt).value_or(true)) norm = shard_->clip(*max);
       grad_norm_ = norm;
     }
     if (fn) fn();

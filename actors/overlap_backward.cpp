@@ -1,6 +1,7 @@
 #include "internal/overlap_backward.h"
 
 #include "internal/host_offload.h"
+#include "internal/shard_state.h"
 
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
@@ -49,10 +50,12 @@ struct OverlapBackward::Accumulators {
 
 OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
                                  std::vector<std::vector<std::size_t>> buckets, bool hooks,
-                                 std::optional<double> clip, HostOffload* offload)
+                                 std::optional<double> clip, HostOffload* offload,
+                                 ShardedState* shard)
     : scaler_(scaler),
       model_(model),
       offload_(offload),
+      shard_(shard),
       buckets_(std::move(buckets)),
       bucket_of_(model.size()),
       ranks_(scaler.options().ranks()),
@@ -61,11 +64,11 @@ OverlapBackward::OverlapBackward(GradScaler& scaler, const std::vector<at::Tenso
       main_(std::this_thread::get_id()),
       clip_(clip) {
   at::AutoGradMode no_grad(false);
-  if (!offload_)
+  if (offload_)
+    offload_->keep_device_spare();
+  else if (!shard_)  // a sharded state has its own spare, flat
     for (const at::Tensor& p : model_)
       spare_.push_back(p.detach().clone());
-  else
-    offload_->keep_device_spare();
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     for (std::size_t i : buckets_[b])
       bucket_of_[i] = b;
@@ -214,11 +217,11 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
       if (found_) return;
       std::vector<at::Tensor> g;  // the ranks' mean, true-sized
       for (std::size_t i : buckets_[b])
-        g.push_back(masters_[i].grad());
+        g.push_back(grad_dest(i).grad());
       if (clip_)
         for (std::size_t j = 0; j < g.size(); ++j)
           if (g[j].defined()) squares_[buckets_[b][j]] = squared_norm(g[j]);
-      return speculate(b, g, 1.0f);
+      return shard_ ? speculate_shard(b) : speculate(b, g, 1.0f);
     }
     std::vector<at::Tensor> defined;
     for (const at::Tensor& g : grads)
@@ -249,6 +252,19 @@ void OverlapBackward::speculate(std::size_t b, const std::vector<at::Tensor>& gr
   fused_->speculate(optim::ScaledStep().inv_scale(inv).grads(g).weights(w));
   // The bucket's new weights go to the device now; step() keeps them if the step is taken.
   if (offload_) offload_->stage_early(buckets_[b]);
+}
+
+void OverlapBackward::speculate_shard(std::size_t b) {
+  const std::size_t n = shard_->pieces().size();
+  std::vector<at::Tensor> g(n), w(n);
+  bool any = false;
+  for (std::size_t j = 0; j < n; ++j)
+    if (bucket_of_[shard_->pieces()[j].param] == b) {
+      // The views the step will read as the masters' grads (attach_grads): the same data.
+      g[j] = shard_->grad_piece(j), w[j] = shard_->spare_piece(j);
+      any = any || g[j].defined();
+    }
+  if (any) fused_->speculate(optim::ScaledStep().grads(g).weights(w));
 }
 
 double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& grads,
@@ -290,7 +306,10 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
 double OverlapBackward::commit(torch::optim::Optimizer& opt, JobContext& job, double norm) {
   fused_->drop_speculation();  // skipped, or a parameter's inputs changed: not taken
   k_ = -1;
-  if (!offload_) {
+  if (shard_) {
+    // Every rank agreed on the skip, so every rank exchanges or none does.
+    if (job.wrote_weights(opt)) shard_->exchange_spare(), shard_->swap(model_);
+  } else if (!offload_) {
     if (job.wrote_weights(opt)) swap_weights();
   } else if (job.wrote_weights(opt)) {
     // A master whose speculative step was taken changed storage (a swap): its weights are those
@@ -311,8 +330,17 @@ void OverlapBackward::note_masters() {
     master_ptrs_.push_back(m.data_ptr());
 }
 
-std::vector<at::Tensor>& OverlapBackward::weights_out() {
-  return offload_ ? offload_->weights_to_write() : spare_;
+std::vector<at::Tensor> OverlapBackward::weights_out() {
+  if (offload_) return offload_->weights_to_write();
+  if (!shard_) return spare_;
+  std::vector<at::Tensor> w;
+  for (std::size_t j = 0; j < shard_->pieces().size(); ++j)
+    w.push_back(shard_->spare_piece(j));
+  return w;
+}
+
+const at::Tensor& OverlapBackward::grad_dest(std::size_t i) const {
+  return shard_ ? shard_->holders()[i] : masters_[i];
 }
 
 void OverlapBackward::swap_weights() {
@@ -338,6 +366,7 @@ void OverlapBackward::reset_iteration() {
 std::int64_t OverlapBackward::extra_bytes() const {
   std::int64_t n = fused_ ? fused_->speculation_bytes() : 0;
   if (offload_) n += offload_->device_spare_bytes();
+  if (shard_) n += shard_->spare_bytes();
   for (const at::Tensor& t : spare_)
     n += std::int64_t(t.nbytes());
   return n;

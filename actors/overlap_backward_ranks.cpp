@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "internal/overlap_backward.h"
+#include "internal/shard_state.h"
 
 namespace ampactor::internal {
 
@@ -20,7 +21,7 @@ void OverlapBackward::move_and_average(std::size_t b, const std::vector<at::Tens
                                        JobContext& job) {
   std::vector<at::Tensor> masters;
   for (std::size_t i : buckets_[b])
-    masters.push_back(masters_[i]);
+    masters.push_back(grad_dest(i));
   at::Tensor f = at::zeros({}, at::kFloat);
   std::vector<std::pair<double, at::Tensor>> absmax;
   // The scale's inverse as the scaler's grad move takes it: the reciprocal in double, as a float.
@@ -59,14 +60,16 @@ double OverlapBackward::finish_ranks(torch::optim::Optimizer& opt,
   }
   std::sort(found_by_.begin(), found_by_.end());  // each bucket named its ranks: once each
   found_by_.erase(std::unique(found_by_.begin(), found_by_.end()), found_by_.end());
-  job.record_agreed_move_(opt, spare_, local_found_, found_, GradSize{agreed_max_, dtype_max_},
-                          absmax_, found_by_);
+  job.record_agreed_move_(opt, weights_out(), local_found_, found_,
+                          GradSize{agreed_max_, dtype_max_}, absmax_, found_by_);
+  if (shard_) shard_->attach_grads();  // the step reads its pieces of the mean
   if (!clip_ || found_) return std::numeric_limits<double>::quiet_NaN();
   std::vector<double> squares;  // of the mean, in parameter order
-  for (std::size_t i = 0; i < masters_.size(); ++i)
-    if (const at::Tensor& g = masters_[i].grad(); g.defined())
+  for (std::size_t i = 0; i < model_.size(); ++i)
+    if (const at::Tensor& g = grad_dest(i).grad(); g.defined())
       squares.push_back(std::isnan(squares_[i]) ? squared_norm(g) : squares_[i]);
-  return job.clip_grad_norm_(opt, *clip_, &squares);
+  // Sharded, the norm is the whole mean's (every rank has it), applied to this rank's pieces.
+  return shard_ ? shard_->clip(*clip_, &squares) : job.clip_grad_norm_(opt, *clip_, &squares);
 }
 
 }  // namespace ampactor::internal

@@ -37,6 +37,7 @@ namespace ampactor::internal {
 
 class OverlapBackward;
 class HostOffload;
+class ShardedState;
 
 /// overlap_backward's buckets: the options' own, checked (every parameter in exactly one, none
 /// empty; else ScalerError(errc::bad_option)), or the parameters in reverse order packed into
@@ -60,9 +61,13 @@ class OverlapBackward {
   /// max_norm (AsyncOptimizerOptions::clip_grad_norm): each bucket is measured too. offload:
   /// the model on a GPU, the masters on the CPU (the pipeline's, outliving this): each ready
   /// bucket's grads leave the GPU at once, and the steps write the pinned host weights.
+  /// shard: the sharded optimizer state (the pipeline's, outliving this; with ranks): each
+  /// bucket's mean goes to the shard's holders, the steps of this rank's pieces write its spare
+  /// buffer, and the commit all-gathers it and swaps it in.
   OverlapBackward(GradScaler& scaler, const std::vector<at::Tensor>& model,
                   std::vector<std::vector<std::size_t>> buckets, bool hooks,
-                  std::optional<double> clip, HostOffload* offload = nullptr);
+                  std::optional<double> clip, HostOffload* offload = nullptr,
+                  ShardedState* shard = nullptr);
   ~OverlapBackward();
   OverlapBackward(const OverlapBackward&) = delete;
   OverlapBackward& operator=(const OverlapBackward&) = delete;
@@ -120,8 +125,13 @@ class OverlapBackward {
   void run_bucket(std::size_t b, const std::vector<at::Tensor>& grads);
   void begin_iteration_on_optimizer(std::int64_t k);
   void swap_weights();
-  /// Where a step writes the new 16-bit weights: the spare buffer, or the pinned host weights.
-  std::vector<at::Tensor>& weights_out();
+  /// Where a step writes the new 16-bit weights: the spare buffer, the pinned host weights, or
+  /// (sharded) this rank's pieces of the shard's spare.
+  std::vector<at::Tensor> weights_out();
+  /// Where parameter i's fp32 mean gradient goes: its master's grad(), or (sharded) its holder's.
+  const at::Tensor& grad_dest(std::size_t i) const;
+  /// Speculates this rank's pieces of bucket b's parameters (sharded), from the mean gradient.
+  void speculate_shard(std::size_t b);
   /// offload: the masters' storage before fn, to tell which speculative steps it took.
   void note_masters();
 
@@ -129,10 +139,11 @@ class OverlapBackward {
   std::vector<at::Tensor> model_;
   std::vector<at::Tensor> spare_;   // the weights' second buffer: speculative steps write here
   HostOffload* offload_ = nullptr;  // the model on a GPU: the pinned host weights instead
+  ShardedState* shard_ = nullptr;   // shard_optimizer_state: masters_ are this rank's pieces
   std::vector<std::vector<std::size_t>> buckets_;
   std::vector<std::size_t> bucket_of_;
   std::shared_ptr<RankGroup> ranks_;
-  std::vector<at::Tensor> masters_;  // opt_'s parameters, in order
+  std::vector<at::Tensor> masters_;  // opt_'s parameters, in order (one per parameter unsharded)
   torch::optim::Optimizer* opt_ = nullptr;
   optim::FusedStep* fused_ = nullptr;
   std::shared_ptr<OverlapHub> hub_;

@@ -19,8 +19,8 @@ class ShardedState {
   /// model: the model's parameters (contiguous, on the CPU, one dtype; ScalerError(bad_parameters)
   /// otherwise). They become views of one flat buffer in the layout's order, which the weights'
   /// all-gather fills in place.
-  /// spare (swap_weights): a second flat buffer, which gather_spare() fills and swap() makes the
-  /// model's.
+  /// spare (swap_weights, overlap_backward): a second flat buffer, which gather_spare() fills and
+  /// swap() makes the model's.
   ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
                at::ScalarType optim_dtype, bool spare);
 
@@ -36,9 +36,16 @@ class ShardedState {
   const std::vector<at::Tensor>& holders() const { return holders_; }
   /// After the move: each master's grad() becomes a view of its piece of the mean gradient.
   void attach_grads();
-  /// The global 2-norm of the mean gradients, as clip_grad_norm_ over unsharded masters takes it
-  /// (each tensor's norm in fp32, their squares summed in double in parameter order).
-  double grad_norm() const;
+  /// Piece j's view of its parameter's mean gradient (the holder's grad()), as attach_grads
+  /// makes it; undefined when the parameter has none.
+  at::Tensor grad_piece(std::size_t j) const;
+  /// Piece j's weights in the spare buffer (overlap_backward's steps write them there).
+  at::Tensor spare_piece(std::size_t j) const { return weights_of(spare_, mine_[j]); }
+  std::int64_t spare_bytes() const { return spare_.defined() ? std::int64_t(spare_.nbytes()) : 0; }
+  /// clip_grad_norm_ over the whole mean gradient (every rank has it), applied to this rank's
+  /// masters' grads: returns the total norm. squares: each defined holder grad's squared norm
+  /// in parameter order, measured already (null: measured here).
+  double clip(double max_norm, const std::vector<double>* squares = nullptr);
   /// This rank's masters into its slot of the weights, then every rank's slot into every rank's
   /// (one all-gather in place). A collective: every rank calls it in turn. A parameter whose
   /// storage was replaced meanwhile (Module::load sets a loaded tensor's) is first made a view
@@ -47,6 +54,9 @@ class ShardedState {
   /// swap_weights: this rank's masters into its slot of the spare buffer, then every rank's slot
   /// into every rank's spare (one all-gather, a collective). The model is not touched.
   void gather_spare();
+  /// overlap_backward: the step wrote this rank's pieces of the spare: every rank's slot into
+  /// every rank's spare (the all-gather alone, a collective).
+  void exchange_spare();
   /// swap_weights: the spare becomes the model's weights (each parameter a view of it, no copy),
   /// and the model's buffer the spare. Nothing may read the parameters meanwhile.
   void swap(std::vector<at::Tensor>& model);
@@ -64,6 +74,8 @@ class ShardedState {
   at::Tensor param_in(const at::Tensor& flat, const at::Tensor& p, std::size_t i) const;
   /// This rank's masters into its slot of `flat`, then the all-gather into every rank's.
   void gather_into(at::Tensor& flat);
+  /// Every rank's slot of `flat` into every rank's (the all-gather in place).
+  void all_gather(at::Tensor& flat);
   /// Makes each parameter that is not one a view of flat_, holding what it holds.
   void attach_weights(std::vector<at::Tensor>& model);
 };

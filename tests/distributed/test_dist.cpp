@@ -176,7 +176,8 @@ TEST_CASE(
 
 TEST_CASE(
     "shard_optimizer_state: bit for bit the unsharded run on 2 and 4 ranks, one rank's inf, "
-    "clipping, swap_weights and defer_grad_move, each rank keeping 1/N of the masters") {
+    "clipping, swap_weights, defer_grad_move and overlap_backward, each rank keeping 1/N of the "
+    "masters") {
   struct Setup {
     int n;
     std::vector<std::string> args;
@@ -187,7 +188,11 @@ TEST_CASE(
       {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}},
       {2, {"--staleness", "1", "--defer-move", "--fused", "--adam", "--inf-at", "1:3"}},
       {2, {"--staleness", "1", "--swap", "--adam", "--clip", "0.5", "--inf-at", "1:6"}},
-      {4, {"--staleness", "1", "--defer", "--fused", "--adam", "--inf-at", "3:5"}}};
+      {4, {"--staleness", "1", "--defer", "--fused", "--adam", "--inf-at", "3:5"}},
+      // overlap_backward: each bucket's mean as it became ready, the pieces speculated.
+      {2,
+       {"--staleness", "0", "--fused", "--adam", "--overlap", "--clip", "0.5", "--inf-at", "1:5"}},
+      {4, {"--staleness", "0", "--fused", "--overlap", "--inf-at", "2:7"}}};
   for (std::size_t i = 0; i < setups.size(); ++i) {
     auto args = setups[i].args;
     const int n = setups[i].n;
@@ -217,6 +222,13 @@ TEST_CASE(
       sum += mine;
     }
     CHECK(sum == total);
+    // overlap_backward: every rank took speculative steps of its pieces.
+    for (int r = 0; r < n && joined(args).find("--overlap") != std::string::npos; ++r) {
+      const std::string& out = sharded.ranks[std::size_t(r)];
+      const auto at = out.find(" taken ");
+      REQUIRE_MESSAGE(at != std::string::npos, out);
+      CHECK(std::stoll(out.substr(at + 7)) > 0);
+    }
     // The run skipped where the inf was.
     const auto t = trajectory(plain.ranks[0]);
     int skips = 0;

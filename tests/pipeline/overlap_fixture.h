@@ -22,6 +22,7 @@
 
 #include "fused_fixture.h"
 #include "scale_options.h"
+#include "solo_ranks.h"
 
 namespace ampactor::test::overlap {
 
@@ -69,7 +70,9 @@ struct Setup {
   std::vector<std::vector<std::size_t>> buckets;  // empty: by bucket_bytes
   bool backward_elsewhere = false;                // backward on a thread of its own
   double clip = 0;                                // clip_grad_norm's max_norm (0: none)
-  bool gpu = false;  // the model on the GPU, the masters on the CPU (master_device)
+  bool gpu = false;     // the model on the GPU, the masters on the CPU (master_device)
+  bool ranked = false;  // one data-parallel rank (SoloRanks): the pipeline's rank paths
+  bool shard = false;   // ranked: the overlapped run shards its state (one rank: one shard)
 };
 
 inline Setup setup(const test::OptConfig& c, at::ScalarType dtype, int micro = 1, bool hooks = true,
@@ -98,12 +101,18 @@ inline Trained train(const Setup& s, bool overlap, const std::string& trace = ""
   Model m(s.dtype, s.gpu ? at::Device(at::kCUDA) : at::Device(at::kCPU));
   KeeperOptions keeper;
   if (!trace.empty()) keeper.tap(record_trace(trace));
-  GradScaler scaler(opts(1024, 2, 0.5, 2).allow_fp16_grads(true), keeper);
+  GradScalerOptions so = opts(1024, 2, 0.5, 2).allow_fp16_grads(true);
+  if (s.ranked) so.ranks(std::make_shared<SoloRanks>());
+  GradScaler scaler(so, keeper);
   auto o = AsyncOptimizerOptions().staleness(0);
   if (s.clip > 0) o.clip_grad_norm(s.clip);
   if (s.gpu) o.master_device(at::Device(at::kCPU));
   if (overlap)
-    o.overlap_backward(true).bucket_bytes(24 * 24 * 4).buckets(s.buckets).ready_by_hooks(s.hooks);
+    o.overlap_backward(true)
+        .bucket_bytes(24 * 24 * 4)
+        .buckets(s.buckets)
+        .ready_by_hooks(s.hooks)
+        .shard_optimizer_state(s.shard);
   AsyncOptimizer pipe(m.p, scaler, o);
   auto opt = fused_over(s.config, pipe.optim_parameters());
   auto* fused = optim::fused_step_of(*opt);
@@ -143,11 +152,13 @@ inline Trained train(const Setup& s, bool overlap, const std::string& trace = ""
   for (int k = 0; k < 14; ++k)
     t.skipped.push_back(scaler.wait_result(k).skipped());
   t.scales.push_back(scaler.get_scale());
+  // Flat: a sharded pipeline's masters are 1-D pieces (one per parameter on one rank).
+  REQUIRE(pipe.optim_parameters().size() == m.p.size());
   for (std::size_t i = 0; i < m.p.size(); ++i) {
-    t.masters.push_back(pipe.optim_parameters()[i].detach().clone());
+    t.masters.push_back(pipe.optim_parameters()[i].detach().reshape({-1}).clone());
     t.weights.push_back(m.p[i].detach().cpu().clone());
     for (const at::Tensor& x : test::state_of(*opt, pipe.optim_parameters()[i]))
-      t.state.push_back(x.clone());
+      t.state.push_back(x.reshape({-1}).clone());
   }
   t.extra_bytes = pipe.overlap_bytes();
   return t;

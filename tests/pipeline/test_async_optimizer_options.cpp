@@ -1,6 +1,7 @@
 // AsyncOptimizerOptions as named options: defaults, chainable setters, refusals that change
 // nothing, and the combinations AsyncOptimizer's constructor refuses.
 #include "doctest_torch.h"
+#include "solo_ranks.h"
 
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
@@ -119,20 +120,9 @@ TEST_CASE("AsyncOptimizer refuses swap_weights or defer_grad_move with staleness
   CHECK(ok.staleness() == 0);
 }
 
-namespace {
-/// One rank alone: what the pipeline's option checks need of a group.
-struct SoloRanks final : RankGroup {
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_max(float*, int) override {}
-  void average(std::vector<at::Tensor>&, float*, int) override {}
-  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override { gathered.copy_(mine); }
-  void fail(const std::string&) noexcept override {}
-  void require_same(const std::string&, const std::string&) override {}
-};
-}  // namespace
+using ampactor::test::SoloRanks;
 
-TEST_CASE("shard_optimizer_state: refused without ranks and with what it does not work with yet") {
+TEST_CASE("shard_optimizer_state: refused without ranks, taken with swap_weights and overlap") {
   const std::vector<at::Tensor> params = {at::ones({4}).set_requires_grad(true)};
   auto refusal = [&](GradScaler& scaler, const AsyncOptimizerOptions& o) {
     try {
@@ -150,8 +140,8 @@ TEST_CASE("shard_optimizer_state: refused without ranks and with what it does no
   GradScaler ranked(GradScalerOptions().ranks(std::make_shared<SoloRanks>()));
   const auto sharded = AsyncOptimizerOptions().shard_optimizer_state(true);
   CHECK(refusal(ranked, AsyncOptimizerOptions(sharded).swap_weights(true)).empty());  // works
-  CHECK(refusal(ranked, AsyncOptimizerOptions(sharded).staleness(0).overlap_backward(true))
-            .find("does not work with overlap_backward yet") != std::string::npos);
+  CHECK(
+      refusal(ranked, AsyncOptimizerOptions(sharded).staleness(0).overlap_backward(true)).empty());
   AsyncOptimizer one(params, ranked, sharded);  // one rank: the whole model is its shard
   REQUIRE(one.optim_parameters().size() == 1);
   CHECK(one.optim_parameters()[0].sizes() == at::IntArrayRef{4});

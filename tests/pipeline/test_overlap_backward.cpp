@@ -204,3 +204,48 @@ TEST_CASE(
       CHECK(unclipped >= 2);
     }
 }
+
+TEST_CASE(
+    "overlap_backward with shard_optimizer_state (one rank): bit for bit the rank path at "
+    "staleness 0, its speculation taken, clipped and not, the spare weights counted") {
+  // The sharded pipeline's buckets: the mean into the shard's holders, the pieces stepped into
+  // its flat spare, all-gathered and swapped in at step(). 2 and 4 ranks: the distributed suite.
+  for (const test::OptConfig& c : {test::configs()[3], test::configs().back()})
+    for (int micro : {1, 3}) {
+      Setup s = setup(c, at::kHalf, micro);
+      s.ranked = s.shard = true;
+      same_training(s);
+      same_training(clip_at_median(s));
+    }
+  Setup s = setup(test::configs()[0], at::kBFloat16);
+  s.ranked = s.shard = true;
+  std::int64_t params = 0;
+  for (const at::Tensor& p : Model(at::kHalf).p)
+    params += p.numel();
+  CHECK(train(s, true).extra_bytes == params * (12 + 2));  // masters and moments; the flat spare
+}
+
+TEST_CASE("overlap_backward with shard_optimizer_state: the scaler disabled steps as staleness 0") {
+  std::vector<at::Tensor> result[2];
+  for (int sharded = 0; sharded < 2; ++sharded) {
+    Model m(at::kFloat);
+    GradScaler scaler(
+        GradScalerOptions().enabled(false).ranks(std::make_shared<test::SoloRanks>()));
+    AsyncOptimizer pipe(
+        m.p, scaler,
+        AsyncOptimizerOptions().staleness(0).overlap_backward(sharded).shard_optimizer_state(
+            sharded));
+    auto& opt = pipe.make_optimizer<optim::FusedAdamW>(torch::optim::AdamWOptions(1e-2));
+    for (int k = 0; k < 5; ++k) {
+      m.zero_grad();
+      scaler.scale(m.loss(k, 0, false)).backward();
+      pipe.step(opt, [&] { scaler.step(opt); });
+      scaler.update();
+    }
+    pipe.sync();
+    for (const at::Tensor& w : m.p)
+      result[sharded].push_back(w.detach().clone());
+  }
+  for (std::size_t i = 0; i < result[0].size(); ++i)
+    CHECK(test::bits_equal(result[1][i], result[0][i]));
+}

@@ -209,6 +209,7 @@ struct Worker {
   torch::nn::Sequential& net;
   Stepper& st;
   std::ostream& out;
+  std::int64_t taken = 0;  // overlap: masters a step took from the second buffer (a swap)
 
   /// A trainer of one's own: it averages the gradients itself.
   void average_grads() {
@@ -251,7 +252,12 @@ struct Worker {
       st.actor->step(*st.opt);
     };
     if (st.pipe) {
+      std::vector<const void*> where;
+      for (const at::Tensor& m : st.pipe->optim_parameters())
+        where.push_back(m.data_ptr());
       st.pipe->step(*st.opt, fn);
+      for (std::size_t i = 0; i < where.size(); ++i)
+        taken += st.pipe->optim_parameters()[i].data_ptr() != where[i];
     } else {
       average_grads();
       st.actor->submit(fn);
@@ -335,7 +341,9 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
     out << "masters " << n << "\n";
   }
   // The second buffers' size: nonzero once a bucket was stepped during backward.
-  if (s.overlap) out << "overlap_bytes " << st.pipe->overlap_bytes() << "\n";
+  // and the speculative steps taken.
+  if (s.overlap)
+    out << "overlap_bytes " << st.pipe->overlap_bytes() << " taken " << worker.taken << "\n";
   out << "done\n";
 }
 

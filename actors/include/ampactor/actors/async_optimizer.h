@@ -130,7 +130,9 @@ class AsyncOptimizerOptions {
   /// masters, moments, scales and skips bit for bit those of the unsharded run, with 1/N of the
   /// masters and state per rank. Staleness 0 and 1 (with defer_grad_move, swap_weights or both:
   /// with swap_weights the job gathers into a second flat buffer and the next step swaps it in),
-  /// the model on the CPU; not yet with master_device or overlap_backward (refused). Every rank
+  /// and with overlap_backward (each bucket averaged as it becomes ready, this rank's pieces of
+  /// it stepped speculatively into a second flat buffer, which step() all-gathers and swaps in).
+  /// The model on the CPU; not yet with master_device (refused). Every rank
   /// must set it alike (checked at construction). save_run and load_run become collectives
   /// (<ampactor/actors/sharded_checkpoint.h>).
   AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
@@ -276,8 +278,8 @@ class AsyncOptimizer {
   bool deferring_ = false;      // steps take the grads: defer_grad_move, or a fused optimizer
   bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
   std::unique_ptr<internal::HostOffload> offload_;      // master_device CPU, the model elsewhere
-  std::unique_ptr<internal::OverlapBackward> overlap_;  // overlap_backward
   std::unique_ptr<internal::ShardedState> shard_;       // shard_optimizer_state
+  std::unique_ptr<internal::OverlapBackward> overlap_;  // overlap_backward (reaches shard_)
   /// Each model gradient as step() last saw it (a weak reference: its address is not reused)
   /// and its version, to tell gradients never cleared since (warn_uncleared_grads).
   std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> last_grads_;
