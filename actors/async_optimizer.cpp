@@ -223,7 +223,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   // mean is made in fp32 by the move, and the fused step then reads the masters' grads.
   const bool fused = fuses(opt);
   if (options_.staleness() == 0) {
-    scaler().run_on_optimizer([&] {
+    run_step([&] {
       JobContext* job = JobContext::current();
       if (fused)
         job->check_for_fused_(opt, grads, masters_, model_);
@@ -242,7 +242,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   if (deferring_) return step_deferred(opt, std::move(grads), std::move(fn));
   // (a) and (b) in one job, waited for: the queue is FIFO, so this also waits for the previous
   // fn, whose result (a) publishes to the model.
-  scaler().run_on_optimizer([&] {
+  run_step([&] {
     if (options_.swap_weights())
       swap_in();
     else
@@ -376,7 +376,7 @@ void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<vo
   const std::vector<at::Tensor> grads = model_grads();
   if (options_.staleness() == 0) {
     offload_->exchange(&grads, nullptr);
-    scaler().run_on_optimizer(job);
+    run_step(job);
     offload_->exchange(nullptr, &model_);
     return;
   }

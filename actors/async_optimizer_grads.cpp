@@ -1,10 +1,11 @@
-// What AsyncOptimizer::step does to the gradients besides moving them: clipping by the global
-// 2-norm inside the step's job (AsyncOptimizerOptions::clip_grad_norm), and the warning when the
-// model's gradients were never cleared.
+// What AsyncOptimizer::step does besides moving the gradients: clipping by the global 2-norm
+// inside the step's job (AsyncOptimizerOptions::clip_grad_norm), the warning when the model's
+// gradients were never cleared, and the ranks told of a waited step job's error.
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/scaler/ranks.h>
 #include "internal/shard_state.h"
 
 #include <cmath>
@@ -34,6 +35,32 @@ std::function<void()> AsyncOptimizer::clipping(torch::optim::Optimizer& opt,
     grad_norm_ = JobContext::current()->clip_grad_norm_(opt, max);
     if (fn) fn();
   };
+}
+
+void AsyncOptimizer::run_step(const std::function<void()>& fn) {
+  iteration_t k = -1;
+  // As a queued job's error: the others' next collective names this rank and the reason, and
+  // this rank, which may have skipped a collective they make, takes part in none from here.
+  auto tell = [&](const std::string& what) {
+    if (k < 0) return;  // fn never ran: an earlier job's error, told already
+    if (const auto& ranks = scaler().options().ranks())
+      ranks->fail("its step job in iteration " + std::to_string(k) + " threw: " + what);
+  };
+  try {
+    scaler().run_on_optimizer([&] {
+      k = JobContext::current()->iteration();
+      fn();
+    });
+  } catch (const ScalerError& e) {
+    if (e.code() != errc::rank_failed) tell(e.what());  // a collective's names its rank already
+    throw;
+  } catch (const std::exception& e) {
+    tell(e.what());
+    throw;
+  } catch (...) {
+    tell("unknown exception in a step job");
+    throw;
+  }
 }
 
 void AsyncOptimizer::warn_uncleared_grads() {

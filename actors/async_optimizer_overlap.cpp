@@ -130,7 +130,7 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
   const std::vector<at::Tensor> grads = model_grads();
   if (!scaler().is_enabled()) {
     fn = clipping(opt, std::move(fn));
-    scaler().run_on_optimizer([&] {
+    run_step([&] {
       JobContext* job = JobContext::current();
       job->check_for_fused_(opt, grads, masters_, model_);
       if (fn) fn();
@@ -138,7 +138,7 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
     });
     return;
   }
-  scaler().run_on_optimizer([&] {
+  run_step([&] {
     const double norm = o.finish(opt, grads, fn);
     if (options_.clip_grad_norm()) grad_norm_ = norm;
   });
@@ -153,7 +153,7 @@ void AsyncOptimizer::step_overlap_offload(torch::optim::Optimizer& opt, std::fun
   // The grads no bucket sent (no hook fired, or the scale was not known yet) follow now.
   const std::vector<at::Tensor> grads = model_grads();
   offload_->exchange(&grads, nullptr, &o.sent());
-  scaler().run_on_optimizer([&] {
+  run_step([&] {
     const double norm = o.finish(opt, offload_->receive_grads(), fn);
     if (options_.clip_grad_norm()) grad_norm_ = norm;
   });

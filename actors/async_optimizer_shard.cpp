@@ -151,7 +151,7 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
     if (fn) fn();
   };
   if (options_.staleness() == 0) {
-    scaler().run_on_optimizer([&] {
+    run_step([&] {
       move(grads, false);
       stepping();
       copy_to_model();
@@ -181,7 +181,7 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
     // forward. It counts the move's unscale now, as step_deferred does.
     for (at::Tensor& p : model_)
       p.mutable_grad() = at::Tensor();
-    scaler().run_on_optimizer(publish);
+    run_step(publish);
     scaler().submit(
         [move, job, stepping = std::move(stepping), grads = std::move(grads)] {
           job([&] {
@@ -194,7 +194,7 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   }
   // Staleness 1: the last step's shards into every model, then the move, waited for (both
   // collectives, in the same order on every rank); the step overlaps the next backward.
-  scaler().run_on_optimizer([&] {
+  run_step([&] {
     publish();
     move(grads, false);
   });

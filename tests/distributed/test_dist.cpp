@@ -240,13 +240,14 @@ TEST_CASE(
 
 TEST_CASE(
     "shard_optimizer_state: a rank killed with SIGKILL mid-run is named by the other, which does "
-    "not hang in the weights' all-gather") {
-  for (const char* staleness : {"0", "1"}) {
-    CAPTURE(staleness);
-    const Run r = launch("shard-killed", 2,
-                         {"--path", "pipeline", "--shard", "--staleness", staleness, "--steps",
-                          "30", "--die-at", "1:5", "--timeout-ms", "8000"},
-                         0, std::chrono::seconds(90));
+    "not hang in the weights' all-gather (staleness 0, 1, and overlap_backward)") {
+  for (const std::string mode : {"0", "1", "0 overlap"}) {
+    CAPTURE(mode);
+    std::vector<std::string> args = {
+        "--path",   "pipeline", "--shard",      "--staleness", mode.substr(0, 1), "--steps", "30",
+        "--die-at", "1:5",      "--timeout-ms", "8000"};
+    if (mode == "0 overlap") args.insert(args.end(), {"--fused", "--overlap"});
+    const Run r = launch("shard-killed", 2, args, 0, std::chrono::seconds(90));
     CHECK(r.code != 0);
     CHECK(r.elapsed < std::chrono::seconds(8 + 30));
     const std::string line = said_by(r.log, 0);
@@ -259,7 +260,10 @@ TEST_CASE("a rank whose step job throws makes every other rank fail naming it an
   for (const auto& path :
        {std::vector<std::string>{"--path", "actor"},
         std::vector<std::string>{"--path", "pipeline", "--defer"},
-        std::vector<std::string>{"--path", "pipeline", "--shard", "--staleness", "1"}}) {
+        std::vector<std::string>{"--path", "pipeline", "--shard", "--staleness", "1"},
+        std::vector<std::string>{"--path", "pipeline", "--staleness", "0"},  // a waited job
+        std::vector<std::string>{"--path", "pipeline", "--shard", "--staleness", "0", "--fused",
+                                 "--overlap"}}) {
     CAPTURE(joined(path));
     auto args = path;
     args.insert(args.end(), {"--steps", "30", "--throw-at", "1:3", "--timeout-ms", "8000"});

@@ -256,6 +256,9 @@ class AsyncOptimizer {
   void take_spare();
   /// step() with the masters on the CPU and the model on a GPU.
   void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// A step's waited job (GradScaler::run_on_optimizer): with ranks, its error is told to the
+  /// other ranks as a queued job's is, and this rank makes no further collective.
+  void run_step(const std::function<void()>& fn);
   /// step() with shard_optimizer_state.
   void step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// step() with overlap_backward.
