@@ -4,6 +4,7 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/optim/fused.h>
 #include <ampactor/scaler/clip.h>
 #include "internal/shard_state.h"
 
@@ -83,29 +84,41 @@ at::Tensor ShardedState::param_in(const at::Tensor& flat, const at::Tensor& p,
   return flat.narrow(0, layout_.start(i), p.numel()).view(p.sizes());
 }
 
-void ShardedState::attach_weights(std::vector<at::Tensor>& model) {
+bool ShardedState::attach_weights(std::vector<at::Tensor>& model) {
   at::AutoGradMode no_grad(false);
+  bool any = false;
   for (std::size_t i = 0; i < model.size(); ++i) {
     at::Tensor w = param_in(flat_, model[i], i);
     if (model[i].data_ptr() == w.data_ptr()) continue;
     w.copy_(model[i].detach());
     model[i].set_data(w);  // the parameter stays the model's; its weights now live in flat_
+    any = true;
   }
+  return any;
 }
 
-void ShardedState::gather(std::vector<at::Tensor>& model) {
-  attach_weights(model);
-  gather_into(flat_);
+void ShardedState::gather(std::vector<at::Tensor>& model, bool written) {
+  // A parameter made a view again holds its own weights in this rank's slot too: the masters'.
+  const bool reattached = attach_weights(model);
+  gather_into(flat_, written && !reattached);
 }
 
-void ShardedState::gather_spare() {
-  gather_into(spare_);
+void ShardedState::gather_spare(bool written) {
+  gather_into(spare_, written);
 }
 
-void ShardedState::gather_into(at::Tensor& flat) {
+std::vector<at::Tensor> ShardedState::step_weights(bool spare) const {
+  std::vector<at::Tensor> w;
+  for (const ShardPiece& s : mine_)
+    w.push_back(weights_of(spare ? spare_ : flat_, s));
+  return w;
+}
+
+void ShardedState::gather_into(at::Tensor& flat, bool written) {
   at::AutoGradMode no_grad(false);
-  for (std::size_t j = 0; j < mine_.size(); ++j)
-    weights_of(flat, mine_[j]).copy_(masters_[j]);
+  if (!written)
+    for (std::size_t j = 0; j < mine_.size(); ++j)
+      weights_of(flat, mine_[j]).copy_(masters_[j]);
   all_gather(flat);
 }
 
@@ -136,11 +149,23 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   std::vector<at::Tensor> grads = model_grads();
   // On the optimizer thread: the ranks' mean gradient, whole, into the holders (the same floats
   // as the unsharded move), this rank's pieces of it into its masters' grads.
-  auto move = [this, &opt](const std::vector<at::Tensor>& g, bool adopt) {
+  // A fused step writes this rank's new weights in its own pass where nothing reads them
+  // meanwhile: the model's buffer at staleness 0 (the trainer waits), the spare with
+  // swap_weights; then only the all-gather is left. Elsewhere the masters are copied after it.
+  enum class Into { none, model, spare };
+  const Into into = !optim::fused_step_of(opt)  ? Into::none
+                    : options_.staleness() == 0 ? Into::model
+                    : options_.swap_weights()   ? Into::spare
+                                                : Into::none;
+  auto move = [this, &opt, into](const std::vector<at::Tensor>& g, bool adopt) {
     std::vector<at::Tensor> holders = shard_->holders();
-    JobContext::current()->move_and_unscale_(opt, g, holders, adopt);
+    JobContext* job = JobContext::current();
+    job->move_and_unscale_(opt, g, holders, adopt);
     shard_->attach_grads();
+    if (into != Into::none)
+      job->write_weights_in_step(opt, shard_->step_weights(into == Into::spare));
   };
+  auto written = [&opt] { return JobContext::current()->wrote_weights(opt); };
   // clip_grad_norm_ over the whole mean gradient (every rank has it), applied to this shard.
   auto stepping = [this, &opt, max = options_.clip_grad_norm(), fn = std::move(fn)] {
     if (max) {
@@ -154,7 +179,7 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
     run_step([&] {
       move(grads, false);
       stepping();
-      copy_to_model();
+      shard_->gather(model_, written());  // a collective: every rank in turn
     });
     return;
   }
@@ -163,17 +188,17 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   // and the trainer's next step swaps it in.
   const bool swap = options_.swap_weights();
   auto publish = [this, swap] { swap ? swap_in() : copy_to_model(); };
-  auto job = [this, swap](auto&& work) {
+  auto job = [this, swap, written](auto&& work) {
     try {
       work();
     } catch (...) {
       if (swap) try {
-          copy_to_spare();
+          shard_->gather_spare();
         } catch (...) {  // the group failed: the work's error is the one to report
         }
       throw;
     }
-    if (swap) copy_to_spare();
+    if (swap) shard_->gather_spare(written());
   };
   if (options_.defer_grad_move()) {
     // The job owns the grads from here (the next backward writes fresh ones); the trainer waits

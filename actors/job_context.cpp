@@ -127,6 +127,11 @@ double JobContext::clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm
   return tracker_.clip_grad_norm_(opt, max_norm, inverse(scale_), squares);
 }
 
+void JobContext::write_weights_in_step(const torch::optim::Optimizer& opt,
+                                       std::vector<at::Tensor> weights) {
+  if (enabled_) tracker_.write_weights_in_step(opt, std::move(weights));
+}
+
 bool JobContext::wrote_weights(const torch::optim::Optimizer& opt) const {
   return tracker_.wrote_weights(opt);
 }

@@ -234,6 +234,16 @@ bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<
   return rec.any_found_inf();
 }
 
+void StepTracker::write_weights_in_step(const torch::optim::Optimizer& opt,
+                                        std::vector<at::Tensor> weights) {
+  auto it = records_.find(&opt);
+  if (it == records_.end() || it->second.stage != OptState::unscaled || it->second.check_only)
+    throw ScalerError(errc::protocol_misuse,
+                      "write_weights_in_step: the optimizer's gradients were not moved in this "
+                      "iteration, or it has stepped already");
+  it->second.weights = std::move(weights);
+}
+
 bool StepTracker::wrote_weights(const torch::optim::Optimizer& opt) const {
   auto it = records_.find(&opt);
   return it != records_.end() && it->second.wrote_weights;

@@ -49,11 +49,16 @@ class ShardedState {
   /// This rank's masters into its slot of the weights, then every rank's slot into every rank's
   /// (one all-gather in place). A collective: every rank calls it in turn. A parameter whose
   /// storage was replaced meanwhile (Module::load sets a loaded tensor's) is first made a view
-  /// of the flat buffer again, holding what it holds.
-  void gather(std::vector<at::Tensor>& model);
+  /// of the flat buffer again, holding what it holds. written: the step wrote this rank's slot
+  /// already (step_weights(false)), so only the all-gather is left.
+  void gather(std::vector<at::Tensor>& model, bool written = false);
   /// swap_weights: this rank's masters into its slot of the spare buffer, then every rank's slot
   /// into every rank's spare (one all-gather, a collective). The model is not touched.
-  void gather_spare();
+  /// written: the step wrote this rank's slot of the spare already (step_weights(true)).
+  void gather_spare(bool written = false);
+  /// This rank's pieces of the model's buffer (spare: of the spare), one per master, for a fused
+  /// step to write the new weights in its own pass (no copy of the masters after it).
+  std::vector<at::Tensor> step_weights(bool spare) const;
   /// overlap_backward: the step wrote this rank's pieces of the spare: every rank's slot into
   /// every rank's spare (the all-gather alone, a collective).
   void exchange_spare();
@@ -72,12 +77,14 @@ class ShardedState {
   at::Tensor weights_of(const at::Tensor& flat, const ShardPiece& s) const;
   /// Parameter i (p) as a view of `flat` (flat_ or spare_), in its shape.
   at::Tensor param_in(const at::Tensor& flat, const at::Tensor& p, std::size_t i) const;
-  /// This rank's masters into its slot of `flat`, then the all-gather into every rank's.
-  void gather_into(at::Tensor& flat);
+  /// This rank's masters into its slot of `flat` (unless `written`), then the all-gather into
+  /// every rank's.
+  void gather_into(at::Tensor& flat, bool written);
   /// Every rank's slot of `flat` into every rank's (the all-gather in place).
   void all_gather(at::Tensor& flat);
-  /// Makes each parameter that is not one a view of flat_, holding what it holds.
-  void attach_weights(std::vector<at::Tensor>& model);
+  /// Makes each parameter that is not one a view of flat_, holding what it holds. Returns
+  /// whether any was not.
+  bool attach_weights(std::vector<at::Tensor>& model);
 };
 
 }  // namespace ampactor::internal

@@ -187,7 +187,7 @@ TEST_CASE(
       {4, {"--staleness", "1", "--inf-at", "2:4"}},
       {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}},
       {2, {"--staleness", "1", "--defer-move", "--fused", "--adam", "--inf-at", "1:3"}},
-      {2, {"--staleness", "1", "--swap", "--adam", "--clip", "0.5", "--inf-at", "1:6"}},
+      {2, {"--staleness", "1", "--swap", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:6"}},
       {4, {"--staleness", "1", "--defer", "--fused", "--adam", "--inf-at", "3:5"}},
       // overlap_backward: each bucket's mean as it became ready, the pieces speculated.
       {2,

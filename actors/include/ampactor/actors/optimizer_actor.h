@@ -85,8 +85,12 @@ class JobContext {
   /// when the step is skipped).
   double clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm,
                          const std::vector<double>* squares = nullptr);
-  /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_.
+  /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_ (or to
+  /// write_weights_in_step).
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
+  /// StepTracker::write_weights_in_step after this job's move_and_unscale_; nothing with the
+  /// scaler disabled (the step is a plain one).
+  void write_weights_in_step(const torch::optim::Optimizer& opt, std::vector<at::Tensor> weights);
   OptState stage(const torch::optim::Optimizer& opt) const;
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
   /// UnscaleDone messages sent by this job so far.

@@ -155,6 +155,10 @@ class StepTracker {
                            std::vector<std::int32_t> found_by = {});
   /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
+  /// After this iteration's move_and_unscale_ of `opt` (before its step): a fused step of it also
+  /// writes `weights` (one per parameter, as ScaledStep::weights) in the same pass, and
+  /// wrote_weights() says whether it did. Another stage: ScalerError(errc::protocol_misuse).
+  void write_weights_in_step(const torch::optim::Optimizer& opt, std::vector<at::Tensor> weights);
   /// step: unscale_ if READY, then opt.step() unless inf/NaN was recorded. A fused optimizer
   /// (ampactor::optim) is checked instead of unscaled when READY and steps with the scale and
   /// found_inf, as torch's GradScaler steps fused optimizers; after unscale_ it sees scale 1.
