@@ -129,6 +129,28 @@ if [ -x "$work/find/data_parallel" ]; then
   grep -q "steps 40 to 60" "$work/shard-resumed.log"
   [ "$(sed 's/.*weight sum \([^,]*\),.*/\1/' "$work/shard-resumed.log" "$work/shard-one-go.log" |
       sort -u | wc -l)" -eq 1 ]
+  # The guide's two-machine lines, rehearsed on loopback: two launchers (node ranks 0 and 1), each
+  # in a folder of its own standing for its machine's disk, the same relative path on both. The
+  # resume needs no shared disk; ampactor-ckpt checks once B's shard is copied beside A's.
+  port=$((20000 + $$ % 20000))
+  two_nodes() {  # two_nodes ARGS...: node 0 in $work/A, node 1 in $work/B, both waited for
+    (cd "$work/A" && "$work/prefix/bin/ampactor-launch" --nnodes 2 --node-rank 0 --nproc 1 \
+      --master-addr 127.0.0.1 --master-port $port -- "$work/find/sharded_run" "$@" >>node0.log) &
+    (cd "$work/B" && "$work/prefix/bin/ampactor-launch" --nnodes 2 --node-rank 1 --nproc 1 \
+      --master-addr 127.0.0.1 --master-port $port -- "$work/find/sharded_run" "$@" >>node1.log)
+    b=$?
+    wait $! || return 1
+    return $b
+  }
+  mkdir -p "$work/A" "$work/B"
+  two_nodes --steps 40 --ckpt run && two_nodes --steps 60 --resume --ckpt run
+  ls "$work/A" "$work/B"
+  grep -q "steps 40 to 60" "$work/A/node0.log"
+  # Both nodes' weights, resumed, are those of the 60 steps in one go on one machine.
+  [ "$(cat "$work/A/node0.log" "$work/B/node1.log" "$work/shard-one-go.log" |
+      grep "to 60" | sed 's/.*weight sum \([^,]*\),.*/\1/' | sort -u | wc -l)" -eq 1 ]
+  cp "$work/B"/run.step*.rank1-of-2 "$work/A/"
+  "$work/prefix/bin/ampactor-ckpt" check "$work/A/run"
 fi
 
 echo "== the link line without CMake (doc/reference/cmake-options.md)"
