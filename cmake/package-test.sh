@@ -132,7 +132,8 @@ if [ -x "$work/find/data_parallel" ]; then
   # The guide's two-machine lines, rehearsed on loopback: two launchers (node ranks 0 and 1), each
   # in a folder of its own standing for its machine's disk, the same relative path on both. The
   # resume needs no shared disk; ampactor-ckpt checks once B's shard is copied beside A's.
-  port=$((20000 + $$ % 20000))
+  # A port free now: the one the launcher picks for a run of its own.
+  port=$("$work/prefix/bin/ampactor-launch" --nproc 1 --master-port 0 -- sh -c 'echo $MASTER_PORT')
   two_nodes() {  # two_nodes ARGS...: node 0 in $work/A, node 1 in $work/B, both waited for
     (cd "$work/A" && "$work/prefix/bin/ampactor-launch" --nnodes 2 --node-rank 0 --nproc 1 \
       --master-addr 127.0.0.1 --master-port $port -- "$work/find/sharded_run" "$@" >>node0.log) &
