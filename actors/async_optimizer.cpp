@@ -90,16 +90,22 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     ranks->require_same("pipeline options", std::string("shard_optimizer_state=") +
                                                 (options_.shard_optimizer_state() ? "on" : "off"));
   if (options_.shard_optimizer_state()) {
-    const char* why = !scaler.options().ranks()
-                          ? "needs data-parallel ranks (GradScalerOptions::ranks)"
-                      : offload_ ? "does not work with master_device yet"
-                                 : nullptr;
-    if (why)
+    if (!scaler.options().ranks())
       throw ScalerError(errc::bad_option,
-                        std::string("AsyncOptimizer: shard_optimizer_state ") + why);
+                        "AsyncOptimizer: shard_optimizer_state needs data-parallel ranks "
+                        "(GradScalerOptions::ranks)");
+    // The model on a GPU: the shard's flat buffer holds the pinned host weights the offload
+    // copies to it, filled from the model once here.
+    std::vector<at::Tensor>* weights = &model_;
+    if (offload_) {
+      weights = &offload_->host_weights();
+      for (std::size_t i = 0; i < model_.size(); ++i)
+        (*weights)[i].copy_(model_[i].detach());
+    }
     shard_ = std::make_unique<internal::ShardedState>(
-        model_, scaler.options().ranks(), options_.optim_dtype(),
-        /*spare=*/options_.swap_weights() || options_.overlap_backward());
+        *weights, scaler.options().ranks(), options_.optim_dtype(),
+        /*spare=*/options_.swap_weights() || options_.overlap_backward(),
+        /*pinned=*/offload_ != nullptr);
     masters_ = shard_->masters();
     for (const at::Tensor& m : masters_)
       master_impls_.insert(m.unsafeGetTensorImpl());
@@ -160,6 +166,13 @@ void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
 }
 
 void AsyncOptimizer::copy_to_model() {
+  if (shard_ && offload_) {  // into the pinned host weights (a collective), then to the model
+    shard_->gather(offload_->weights_to_write());
+    at::AutoGradMode no_grad(false);
+    for (std::size_t i = 0; i < model_.size(); ++i)
+      model_[i].detach().copy_(offload_->host_weights()[i]);
+    return;
+  }
   if (shard_) return shard_->gather(model_);  // a collective: every rank copies in turn
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model_.size(); ++i)
@@ -346,45 +359,6 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
         if (notice) notice->send(true);
       },
       SubmitOptions().unscales(UnscalePermit::exactly(1)));
-}
-
-void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<void()> fn) {
-  // One job: the grads arrive (this thread alone waits for them) and are checked and unscaled on
-  // the CPU, which reports UnscaleDone; fn steps, and the new weights are staged for the trainer,
-  // even when fn fails (as the spare is in step()). The CPU's fp16 -> fp32 move does the check
-  // and the unscale in one pass; a fused optimizer instead checks the pinned grads, reads them
-  // in its step and writes the pinned weights in place: no fp32 grads, no separate cast.
-  auto job = [this, &opt, fn = std::move(fn)] {
-    const std::vector<at::Tensor> grads = offload_->receive_grads();
-    JobContext* ctx = JobContext::current();
-    const bool fused = fuses(opt);
-    try {
-      if (fused)
-        ctx->check_for_fused_(opt, grads, masters_, offload_->weights_to_write());
-      else
-        ctx->move_and_unscale_(opt, grads, masters_);
-      if (fn) fn();
-    } catch (...) {
-      offload_->stage_weights(masters_);
-      throw;
-    }
-    if (fused && ctx->wrote_weights(opt))
-      offload_->weights_written();
-    else
-      offload_->stage_weights(masters_);
-  };
-  const std::vector<at::Tensor> grads = model_grads();
-  if (options_.staleness() == 0) {
-    offload_->exchange(&grads, nullptr);
-    run_step(job);
-    offload_->exchange(nullptr, &model_);
-    return;
-  }
-  // The previous job has staged step k-1's weights and read the host grads once this returns
-  // (FIFO); its weights and this step's grads then cross at once, behind this backward.
-  scaler().run_on_optimizer([] {});
-  offload_->exchange(&grads, &model_);
-  scaler().submit(std::move(job), SubmitOptions().unscales(UnscalePermit::exactly(1)));
 }
 
 void AsyncOptimizer::sync() {

@@ -6,9 +6,11 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/scaler/clip.h>
+#include "internal/host_offload.h"
 #include "internal/shard_state.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 
 #include <limits>
@@ -26,7 +28,7 @@ std::vector<std::int64_t> numels_of(const std::vector<at::Tensor>& model) {
 }  // namespace
 
 ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
-                           at::ScalarType optim_dtype, bool spare)
+                           at::ScalarType optim_dtype, bool spare, bool pinned)
     : ranks_(std::move(ranks)), layout_(numels_of(model), ranks_->size()) {
   at::AutoGradMode no_grad(false);
   for (std::size_t i = 0; i < model.size(); ++i)
@@ -38,7 +40,7 @@ ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankG
                             std::to_string(i) + " is not");
   const at::TensorOptions o =
       model.empty() ? at::TensorOptions(at::kFloat) : model[0].options().requires_grad(false);
-  flat_ = at::zeros({layout_.world() * layout_.slot()}, o);
+  flat_ = at::empty({layout_.world() * layout_.slot()}, o.pinned_memory(pinned)).zero_();
   attach_weights(model);
   if (spare) spare_ = flat_.clone();
   for (const at::Tensor& p : model)
@@ -145,6 +147,34 @@ void ShardedState::swap(std::vector<at::Tensor>& model) {
 
 namespace ampactor {
 
+std::function<void()> AsyncOptimizer::sharded_offload_job(torch::optim::Optimizer& opt,
+                                                          std::function<void()> stepping) {
+  // The grads arrive on the host; their mean goes into the holders; this rank's pieces are
+  // stepped, a fused step writing their weights into its slot of the pinned host weights in the
+  // same pass; the all-gather completes them, and the next exchange brings them to the model.
+  return [this, &opt, stepping = std::move(stepping)] {
+    const std::vector<at::Tensor> grads = offload_->receive_grads();
+    JobContext* job = JobContext::current();
+    std::vector<at::Tensor>& host = offload_->weights_to_write();  // the last exchange read them
+    try {
+      std::vector<at::Tensor> holders = shard_->holders();
+      job->move_and_unscale_(opt, grads, holders);
+      shard_->attach_grads();
+      if (optim::fused_step_of(opt)) job->write_weights_in_step(opt, shard_->step_weights(false));
+      if (stepping) stepping();
+    } catch (...) {
+      try {  // the masters' weights all the same, as the unsharded offload stages them
+        shard_->gather(host);
+        offload_->weights_written();
+      } catch (...) {  // the group failed: the step's error is the one to report
+      }
+      throw;
+    }
+    shard_->gather(host, job->wrote_weights(opt));  // a collective: every rank in turn
+    offload_->weights_written();
+  };
+}
+
 void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn) {
   std::vector<at::Tensor> grads = model_grads();
   // On the optimizer thread: the ranks' mean gradient, whole, into the holders (the same floats
@@ -175,6 +205,7 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
     }
     if (fn) fn();
   };
+  if (offload_) return step_offload(opt, std::move(stepping));  // its job: sharded_offload_job
   if (options_.staleness() == 0) {
     run_step([&] {
       move(grads, false);

@@ -68,6 +68,9 @@ class HostOffload {
   /// the next exchange copies it on the device instead of from the host.
   void weights_written(std::vector<bool> early);
   std::int64_t device_spare_bytes() const;
+  /// The pinned host weights themselves (shard_optimizer_state makes them views of its flat
+  /// buffer; they hold nothing until the first stage or copy into them).
+  std::vector<at::Tensor>& host_weights() { return weights_; }
 
   c10::Device device() const { return device_; }
 

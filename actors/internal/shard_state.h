@@ -21,8 +21,10 @@ class ShardedState {
   /// all-gather fills in place.
   /// spare (swap_weights, overlap_backward): a second flat buffer, which gather_spare() fills and
   /// swap() makes the model's.
+  /// pinned: the flat buffer in pinned memory (the model on a GPU: `model` are then the pinned
+  /// host weights the offload copies to it).
   ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankGroup> ranks,
-               at::ScalarType optim_dtype, bool spare);
+               at::ScalarType optim_dtype, bool spare, bool pinned = false);
 
   const ShardLayout& layout() const { return layout_; }
   int rank() const { return ranks_->rank(); }

@@ -2,6 +2,7 @@
 // ampactor-launch (a free port each time, so parallel tests cannot collide), their outputs
 // compared with each other and with one process over the concatenated batch.
 #include "dist_fixture.h"
+#include "torch_cuda_skip.h"
 
 #include <ampactor/trace/replay.h>
 #include <ampactor/trace/trace.h>
@@ -174,6 +175,50 @@ TEST_CASE(
   }
 }
 
+namespace {
+/// A run on n ranks with `args`, sharded against unsharded: scales, skips, norms and every
+/// weight bit for bit, each rank keeping its share of the masters; with --overlap, every rank
+/// took speculative steps of its pieces; one step skipped for the inf.
+void sharded_as_unsharded(const std::string& name, int n, std::vector<std::string> args) {
+  CAPTURE(n);
+  CAPTURE(joined(args));
+  for (const std::string a :
+       {"--path", "pipeline", "--model", "mlp", "--steps", "12", "--print-model"})
+    args.push_back(a);
+  auto sharded_args = args;
+  sharded_args.push_back("--shard");
+  const Run plain = launch("unsharded" + name, n, args);
+  const Run sharded = launch("sharded" + name, n, sharded_args);
+  REQUIRE_MESSAGE(plain.code == 0, plain.log);
+  REQUIRE_MESSAGE(sharded.code == 0, sharded.log);
+  auto before = [](const std::string& out) { return out.substr(0, out.find("masters ")); };
+  auto masters = [](const std::string& out) {
+    return std::stoll(out.substr(out.find("masters ") + 8));
+  };
+  const std::int64_t total = masters(plain.ranks[0]);
+  std::int64_t sum = 0;
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(before(sharded.ranks[std::size_t(r)]) == before(plain.ranks[std::size_t(r)]));
+    const std::int64_t mine = masters(sharded.ranks[std::size_t(r)]);
+    CHECK(mine <= total / n + 1);
+    sum += mine;
+  }
+  CHECK(sum == total);
+  for (int r = 0; r < n && joined(args).find("--overlap") != std::string::npos; ++r) {
+    const std::string& out = sharded.ranks[std::size_t(r)];
+    const auto at = out.find(" taken ");
+    REQUIRE_MESSAGE(at != std::string::npos, out);
+    CHECK(std::stoll(out.substr(at + 7)) > 0);
+  }
+  const auto t = trajectory(plain.ranks[0]);
+  int skips = 0;
+  for (const auto& [scale, skipped] : t)
+    skips += skipped;
+  CHECK(skips == 1);
+}
+}  // namespace
+
 TEST_CASE(
     "shard_optimizer_state: bit for bit the unsharded run on 2 and 4 ranks, one rank's inf, "
     "clipping, swap_weights, defer_grad_move and overlap_backward, each rank keeping 1/N of the "
@@ -193,49 +238,18 @@ TEST_CASE(
       {2,
        {"--staleness", "0", "--fused", "--adam", "--overlap", "--clip", "0.5", "--inf-at", "1:5"}},
       {4, {"--staleness", "0", "--fused", "--overlap", "--inf-at", "2:7"}}};
-  for (std::size_t i = 0; i < setups.size(); ++i) {
-    auto args = setups[i].args;
-    const int n = setups[i].n;
-    CAPTURE(n);
-    CAPTURE(joined(args));
-    for (const std::string a :
-         {"--path", "pipeline", "--model", "mlp", "--steps", "12", "--print-model"})
-      args.push_back(a);
-    auto sharded_args = args;
-    sharded_args.push_back("--shard");
-    const Run plain = launch("unsharded" + std::to_string(i), n, args);
-    const Run sharded = launch("sharded" + std::to_string(i), n, sharded_args);
-    REQUIRE_MESSAGE(plain.code == 0, plain.log);
-    REQUIRE_MESSAGE(sharded.code == 0, sharded.log);
-    auto before = [](const std::string& out) { return out.substr(0, out.find("masters ")); };
-    auto masters = [](const std::string& out) {
-      return std::stoll(out.substr(out.find("masters ") + 8));
-    };
-    const std::int64_t total = masters(plain.ranks[0]);
-    std::int64_t sum = 0;
-    for (int r = 0; r < n; ++r) {
-      CAPTURE(r);
-      // Scales, skips, norms and every weight, bit for bit.
-      CHECK(before(sharded.ranks[std::size_t(r)]) == before(plain.ranks[std::size_t(r)]));
-      const std::int64_t mine = masters(sharded.ranks[std::size_t(r)]);
-      CHECK(mine <= total / n + 1);
-      sum += mine;
-    }
-    CHECK(sum == total);
-    // overlap_backward: every rank took speculative steps of its pieces.
-    for (int r = 0; r < n && joined(args).find("--overlap") != std::string::npos; ++r) {
-      const std::string& out = sharded.ranks[std::size_t(r)];
-      const auto at = out.find(" taken ");
-      REQUIRE_MESSAGE(at != std::string::npos, out);
-      CHECK(std::stoll(out.substr(at + 7)) > 0);
-    }
-    // The run skipped where the inf was.
-    const auto t = trajectory(plain.ranks[0]);
-    int skips = 0;
-    for (const auto& [scale, skipped] : t)
-      skips += skipped;
-    CHECK(skips == 1);
-  }
+  for (std::size_t i = 0; i < setups.size(); ++i)
+    sharded_as_unsharded(std::to_string(i), setups[i].n, setups[i].args);
+}
+
+TEST_CASE(
+    "shard_optimizer_state with the model on a GPU (master_device kCPU): bit for bit the unsharded "
+    "offload run on 2 ranks, staleness 0 and 1, clipped, one rank's inf") {
+  SKIP_WITHOUT_GPU();  // both ranks' models on the one GPU; gloo averages the host copies
+  sharded_as_unsharded(
+      "-gpu0", 2,
+      {"--cuda", "--staleness", "0", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:5"});
+  sharded_as_unsharded("-gpu1", 2, {"--cuda", "--staleness", "1", "--adam", "--inf-at", "0:4"});
 }
 
 TEST_CASE(

@@ -23,6 +23,7 @@
 #include <stdexcept>
 
 #include "scale_options.h"
+#include "solo_ranks.h"
 #include "tensor_helpers.h"
 #include "torch_cuda_skip.h"
 
@@ -88,13 +89,18 @@ struct Run {
   std::vector<at::Tensor> model, masters;  // on the CPU
 };
 
-/// n iterations of `kind` with the masters on `masters_on`.
-Run train(const std::string& kind, std::optional<at::Device> masters_on, int staleness, int n) {
+/// n iterations of `kind` with the masters on `masters_on`; ranked: one data-parallel rank
+/// (SoloRanks), sharded or not.
+Run train(const std::string& kind, std::optional<at::Device> masters_on, int staleness, int n,
+          bool ranked = false, bool shard = false) {
   Mlp model;
-  GradScaler scaler(opts(1024, 2, 0.5, 4));
+  GradScalerOptions so = opts(1024, 2, 0.5, 4);
+  if (ranked) so.ranks(std::make_shared<test::SoloRanks>());
+  GradScaler scaler(so);
   AsyncOptimizerOptions o;
   o.staleness(staleness);
   o.master_device(masters_on);
+  o.shard_optimizer_state(shard);
   AsyncOptimizer pipe(model.p, scaler, o);
   std::unique_ptr<torch::optim::Optimizer> opt = make_optimizer(kind, pipe.optim_parameters());
   Run r;
@@ -110,9 +116,15 @@ Run train(const std::string& kind, std::optional<at::Device> masters_on, int sta
     r.skipped.push_back(scaler.wait_result(k).skipped());
   for (std::size_t i = 0; i < model.p.size(); ++i) {
     r.model.push_back(model.p[i].detach().cpu());
-    r.masters.push_back(pipe.optim_parameters()[i].detach().cpu());
+    r.masters.push_back(pipe.optim_parameters()[i].detach().cpu().reshape({-1}));
   }
   return r;
+}
+
+/// The same shape, dtype and bytes.
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         a.contiguous().view(at::kByte).equal(b.contiguous().view(at::kByte));
 }
 
 /// The largest |a - b| over the tensors, relative to max |b|.
@@ -301,4 +313,25 @@ TEST_CASE("offload: options that do not apply are refused before anything is que
   mixed[1] = mixed[1].detach().cpu().set_requires_grad(true);
   CHECK_THROWS_WITH_AS(AsyncOptimizer(mixed, scaler, o), doctest::Contains("one device"),
                        ScalerError);
+}
+
+TEST_CASE(
+    "offload with shard_optimizer_state (one rank): bit for bit the unsharded offload with ranks, "
+    "staleness 0 and 1, LibTorch's Adam and FusedAdam") {
+  SKIP_WITHOUT_GPU();
+  for (const char* kind : {"adam", "fused-adam"})
+    for (int staleness : {0, 1}) {
+      CAPTURE(kind);
+      CAPTURE(staleness);
+      const Run plain = train(kind, at::Device(at::kCPU), staleness, 12, /*ranked=*/true);
+      const Run sharded = train(kind, at::Device(at::kCPU), staleness, 12, true, /*shard=*/true);
+      CHECK(sharded.scales == plain.scales);
+      CHECK(sharded.skipped == plain.skipped);
+      CHECK(plain.skipped[3]);
+      for (std::size_t i = 0; i < plain.model.size(); ++i) {
+        CAPTURE(i);
+        CHECK(same_bits(sharded.model[i], plain.model[i]));
+        CHECK(same_bits(sharded.masters[i], plain.masters[i]));
+      }
+    }
 }

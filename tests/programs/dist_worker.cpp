@@ -47,6 +47,7 @@ struct Settings {
   bool print_overflow = false;          // a "last_overflow K ranks R..." line after training
   bool shard = false, adam = false;     // shard_optimizer_state; Adam instead of SGD
   bool print_model = false;             // the "param" lines from the model, not the masters
+  bool cuda = false;                    // the model on the GPU, the masters on the CPU
   int save_at = -1;                     // pipeline: save the run after this iteration
   std::string ckpt;                     // ... into CKPT (--shard: its manifest); --resume: load it
   bool resume = false;
@@ -81,6 +82,7 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_flag("--shard", s.shard, "pipeline: shard_optimizer_state");
   app.add_flag("--adam", s.adam, "pipeline: Adam (FusedAdam with --fused) instead of SGD");
   app.add_flag("--print-model", s.print_model, "the param lines from the model's weights");
+  app.add_flag("--cuda", s.cuda, "pipeline: the model on the GPU, master_device(kCPU)");
   app.add_option("--save-at", s.save_at, "pipeline: save_run after this iteration (--ckpt)");
   app.add_option("--ckpt", s.ckpt, "the checkpoint's path (CKPT.rank<R>.pt unsharded)");
   app.add_flag("--resume", s.resume, "pipeline: load_run from --ckpt first, go on after it");
@@ -184,6 +186,7 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
                    .bucket_bytes(s.bucket_bytes)
                    .shard_optimizer_state(s.shard || (rank == 1 && s.odd_shard));
       if (s.clip > 0) o.clip_grad_norm(s.clip);
+      if (s.cuda) o.master_device(at::Device(at::kCPU));
       st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor, o);
       const auto adam = torch::optim::AdamOptions(1.0 / 256);
       if (s.adam && s.fused)
@@ -223,6 +226,7 @@ struct Worker {
   at::Tensor loss(int k) {
     const std::int64_t n = s.batch * (s.single > 0 ? shards : 1);
     auto [x, c] = samples(k, s.single > 0 ? 0 : rank * s.batch, n);
+    if (s.cuda) x = x.cuda(), c = c.cuda();
     net->zero_grad();
     at::Tensor y = net->forward(x);
     at::Tensor loss = s.model == "exact" ? (y * c).sum() / double(n) : (y - c).pow(2).mean();
@@ -303,7 +307,7 @@ struct Worker {
     int i = 0;
     for (auto& p : (st.pipe && !s.print_model ? st.pipe->optim_parameters() : net->parameters())) {
       out << "param " << i++;
-      const at::Tensor t = p.detach().contiguous();
+      const at::Tensor t = p.detach().cpu().contiguous();
       for (std::int64_t j = 0; j < t.numel(); ++j) {
         char hex[32];
         std::snprintf(hex, sizeof hex, " %a", double(t.data_ptr<float>()[j]));
@@ -319,6 +323,7 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
   if (rank == 1 && s.odd_interval > 0) s.growth_interval = s.odd_interval;
   if (rank == 1 && !s.odd_policy.empty()) s.policy = s.odd_policy;
   torch::nn::Sequential net = make_net(s.model);
+  if (s.cuda) net->to(torch::kCUDA);
   if (rank == 1 && s.odd_init_scale > 0) s.init_scale = s.odd_init_scale;
   Stepper st = make_stepper(s, rank, net, scaler_options(s, rank, ranks));
   std::ofstream out(s.out + "/rank" + std::to_string(rank) + ".txt");

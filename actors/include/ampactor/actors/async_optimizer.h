@@ -132,7 +132,8 @@ class AsyncOptimizerOptions {
   /// with swap_weights the job gathers into a second flat buffer and the next step swaps it in),
   /// and with overlap_backward (each bucket averaged as it becomes ready, this rank's pieces of
   /// it stepped speculatively into a second flat buffer, which step() all-gathers and swaps in).
-  /// The model on the CPU; not yet with master_device (refused). Every rank
+  /// With the model on a GPU (master_device kCPU) the flat buffer is the pinned host weights,
+  /// all-gathered in each step's job and copied to the model by the next exchange. Every rank
   /// must set it alike (checked at construction). save_run and load_run become collectives
   /// (<ampactor/actors/sharded_checkpoint.h>).
   AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
@@ -259,6 +260,9 @@ class AsyncOptimizer {
   /// A step's waited job (GradScaler::run_on_optimizer): with ranks, its error is told to the
   /// other ranks as a queued job's is, and this rank makes no further collective.
   void run_step(const std::function<void()>& fn);
+  /// step_offload's job with shard_optimizer_state: `stepping` clips and steps.
+  std::function<void()> sharded_offload_job(torch::optim::Optimizer& opt,
+                                            std::function<void()> stepping);
   /// step() with shard_optimizer_state.
   void step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// step() with overlap_backward.
