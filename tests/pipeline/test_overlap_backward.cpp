@@ -163,25 +163,30 @@ TEST_CASE("overlap_backward: options it cannot run with are refused, naming why"
   CHECK(plain.overlap_bytes() == 0);
 }
 
-TEST_CASE("overlap_backward: with the scaler disabled it steps as staleness 0 does, bit for bit") {
-  std::vector<at::Tensor> result[2];
-  for (int overlap = 0; overlap < 2; ++overlap) {
-    Model m(at::kFloat);
-    GradScaler scaler(GradScalerOptions().enabled(false));
-    AsyncOptimizer pipe(m.p, scaler,
-                        AsyncOptimizerOptions().staleness(0).overlap_backward(overlap == 1));
-    auto& opt = pipe.make_optimizer<optim::FusedAdamW>(torch::optim::AdamWOptions(1e-2));
-    for (int k = 0; k < 5; ++k) {
-      m.zero_grad();
-      scaler.scale(m.loss(k, 0, false)).backward();
-      pipe.step(opt, [&] { scaler.step(opt); });
-      scaler.update();
-    }
-    pipe.sync();
-    result[overlap] = test::clones(pipe.optim_parameters());
+namespace {
+/// Five steps of FusedAdamW with the scaler disabled; returns the model's weights.
+std::vector<at::Tensor> disabled_run(const GradScalerOptions& so, const AsyncOptimizerOptions& o) {
+  Model m(at::kFloat);
+  GradScaler scaler(GradScalerOptions(so).enabled(false));
+  AsyncOptimizer pipe(m.p, scaler, o);
+  auto& opt = pipe.make_optimizer<optim::FusedAdamW>(torch::optim::AdamWOptions(1e-2));
+  for (int k = 0; k < 5; ++k) {
+    m.zero_grad();
+    scaler.scale(m.loss(k, 0, false)).backward();
+    pipe.step(opt, [&] { scaler.step(opt); });
+    scaler.update();
   }
-  for (std::size_t i = 0; i < result[0].size(); ++i)
-    CHECK(test::bits_equal(result[1][i], result[0][i]));
+  pipe.sync();
+  return test::clones(m.p);
+}
+}  // namespace
+
+TEST_CASE("overlap_backward: with the scaler disabled it steps as staleness 0 does, bit for bit") {
+  const auto o = AsyncOptimizerOptions().staleness(0);
+  const auto ref = disabled_run({}, o);
+  const auto ov = disabled_run({}, AsyncOptimizerOptions(o).overlap_backward(true));
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    CHECK(test::bits_equal(ov[i], ref[i]));
 }
 
 TEST_CASE(
@@ -226,26 +231,11 @@ TEST_CASE(
 }
 
 TEST_CASE("overlap_backward with shard_optimizer_state: the scaler disabled steps as staleness 0") {
-  std::vector<at::Tensor> result[2];
-  for (int sharded = 0; sharded < 2; ++sharded) {
-    Model m(at::kFloat);
-    GradScaler scaler(
-        GradScalerOptions().enabled(false).ranks(std::make_shared<test::SoloRanks>()));
-    AsyncOptimizer pipe(
-        m.p, scaler,
-        AsyncOptimizerOptions().staleness(0).overlap_backward(sharded).shard_optimizer_state(
-            sharded));
-    auto& opt = pipe.make_optimizer<optim::FusedAdamW>(torch::optim::AdamWOptions(1e-2));
-    for (int k = 0; k < 5; ++k) {
-      m.zero_grad();
-      scaler.scale(m.loss(k, 0, false)).backward();
-      pipe.step(opt, [&] { scaler.step(opt); });
-      scaler.update();
-    }
-    pipe.sync();
-    for (const at::Tensor& w : m.p)
-      result[sharded].push_back(w.detach().clone());
-  }
-  for (std::size_t i = 0; i < result[0].size(); ++i)
-    CHECK(test::bits_equal(result[1][i], result[0][i]));
+  const auto so = GradScalerOptions().ranks(std::make_shared<test::SoloRanks>());
+  const auto o = AsyncOptimizerOptions().staleness(0);
+  const auto ref = disabled_run(so, o);
+  const auto sharded =
+      disabled_run(so, AsyncOptimizerOptions(o).overlap_backward(true).shard_optimizer_state(true));
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    CHECK(test::bits_equal(sharded[i], ref[i]));
 }
