@@ -213,12 +213,14 @@ class C10dRanks final : public RankGroup {
     refuse_after_failure();
     const std::int64_t n = mine.numel();
     if (mine.scalar_type() != at::kByte || mine.dim() != 1 || !mine.is_contiguous() ||
-        gathered.scalar_type() != at::kByte || gathered.numel() != n * size_)
+        gathered.scalar_type() != at::kByte || !gathered.is_contiguous() ||
+        gathered.numel() != n * size_)
       throw ScalerError(errc::protocol_misuse,
-                        "RankGroup::all_gather: a contiguous 1-D kByte tensor per rank into one "
-                        "of size() times its length");
-    at::Tensor in = cuda_ ? mine.to(at::kCUDA) : mine;
-    at::Tensor out = cuda_ ? at::empty({n * size_}, in.options()) : gathered;
+                        "RankGroup::all_gather: a contiguous 1-D kByte tensor per rank into a "
+                        "contiguous one of size() times its length");
+    if (!cuda_) return gather_in_place(mine, gathered);
+    at::Tensor in = mine.to(at::kCUDA);
+    at::Tensor out = at::empty({n * size_}, in.options());
     std::vector<at::Tensor> parts;
     for (int r = 0; r < size_; ++r)
       parts.push_back(out.narrow(0, r * n, n));
@@ -228,8 +230,7 @@ class C10dRanks final : public RankGroup {
     o.timeout = options_.timeout();
     run("the sharded weights' all-gather",
         [&] { pg_->allgather(outputs, inputs, o)->wait(options_.timeout()); });
-    // Gloo gathers into the parts it was given (views of `out`), or copies into them.
-    if (cuda_) gathered.copy_(out);
+    gathered.copy_(out);
   }
 
   void fail(const std::string& why) noexcept override {
@@ -276,6 +277,26 @@ class C10dRanks final : public RankGroup {
       throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) +
                                                ": this rank's step job failed, so it takes part "
                                                "in no further collective");
+  }
+
+  /// all_gather on the CPU as one broadcast per rank, each into its part of `gathered` in place:
+  /// gloo's all-gather would gather into a buffer of its own (the whole size, each call) and copy.
+  void gather_in_place(const at::Tensor& mine, at::Tensor& gathered) {
+    const std::int64_t n = mine.numel();
+    at::Tensor own = gathered.narrow(0, rank_ * n, n);
+    if (own.data_ptr() != mine.data_ptr()) own.copy_(mine);
+    c10d::BroadcastOptions o;
+    o.timeout = options_.timeout();
+    run("the sharded weights' all-gather", [&] {
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      for (int r = 0; r < size_; ++r) {  // all in flight at once, in the same order on every rank
+        std::vector<at::Tensor> part{gathered.narrow(0, r * n, n)};
+        o.rootRank = r;
+        works.push_back(pg_->broadcast(part, o));
+      }
+      for (auto& w : works)
+        w->wait(options_.timeout());
+    });
   }
 
   template <class F>
