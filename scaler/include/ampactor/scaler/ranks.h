@@ -28,8 +28,9 @@ class RankGroup {
   virtual void average(std::vector<at::Tensor>& tensors, float* max_values = nullptr,
                        int n = 0) = 0;
   /// The sharded optimizer state's weights: `mine` (a contiguous 1-D tensor of bytes, kByte,
-  /// the same length on every rank) from each rank, in rank order, into `gathered` (length
-  /// size() x mine's; rank r's at [r x n, (r + 1) x n)). Same calling rule and errors as all_max.
+  /// the same length on every rank) from each rank, in rank order, into `gathered` (contiguous,
+  /// length size() x mine's; rank r's at [r x n, (r + 1) x n)); `mine` may be this rank's part
+  /// of `gathered` itself. Same calling rule and errors as all_max.
   virtual void all_gather(const at::Tensor& mine, at::Tensor& gathered) = 0;
   /// Tells the other ranks that this one failed and why, so that their errors name it and its
   /// reason. Never throws.
