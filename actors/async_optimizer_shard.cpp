@@ -155,7 +155,7 @@ std::function<void()> AsyncOptimizer::sharded_offload_job(torch::optim::Optimize
   return [this, &opt, stepping = std::move(stepping)] {
     const std::vector<at::Tensor> grads = offload_->receive_grads();
     JobContext* job = JobContext::current();
-    std::vector<at::Tensor>& host = offload_->weights_to_write();  // the last exchange read them
+    offload_->weights_to_write();  // waits until the last exchange has read them
     try {
       std::vector<at::Tensor> holders = shard_->holders();
       job->move_and_unscale_(opt, grads, holders);
@@ -164,15 +164,18 @@ std::function<void()> AsyncOptimizer::sharded_offload_job(torch::optim::Optimize
       if (stepping) stepping();
     } catch (...) {
       try {  // the masters' weights all the same, as the unsharded offload stages them
-        shard_->gather(host);
-        offload_->weights_written();
+        stage_sharded_weights();
       } catch (...) {  // the group failed: the step's error is the one to report
       }
       throw;
     }
-    shard_->gather(host, job->wrote_weights(opt));  // a collective: every rank in turn
-    offload_->weights_written();
+    stage_sharded_weights(job->wrote_weights(opt));
   };
+}
+
+void AsyncOptimizer::stage_sharded_weights(bool written) {
+  shard_->gather(offload_->weights_to_write(), written);
+  offload_->weights_written();
 }
 
 void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn) {

@@ -166,9 +166,9 @@ void AsyncOptimizer::apply_load(const Loaded& l) {
     }
     if (!weights_behind) return;
     if (options_.staleness() == 0)
-      copy_to_model();            // a synchronous pipeline's model always holds the newest weights
-    else if (offload_ && shard_)  // every rank's shard into the pinned weights (a collective)
-      shard_->gather(offload_->weights_to_write()), offload_->weights_written();
+      copy_to_model();  // a synchronous pipeline's model always holds the newest weights
+    else if (offload_ && shard_)
+      stage_sharded_weights();
     else if (offload_)
       offload_->stage_weights(masters_);  // the next step() brings them to the model
   });

@@ -332,11 +332,7 @@ void OverlapBackward::note_masters() {
 
 std::vector<at::Tensor> OverlapBackward::weights_out() {
   if (offload_) return offload_->weights_to_write();
-  if (!shard_) return spare_;
-  std::vector<at::Tensor> w;
-  for (std::size_t j = 0; j < shard_->pieces().size(); ++j)
-    w.push_back(shard_->spare_piece(j));
-  return w;
+  return shard_ ? shard_->step_weights(/*spare=*/true) : spare_;
 }
 
 const at::Tensor& OverlapBackward::grad_dest(std::size_t i) const {

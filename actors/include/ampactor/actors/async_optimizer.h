@@ -260,6 +260,9 @@ class AsyncOptimizer {
   /// A step's waited job (GradScaler::run_on_optimizer): with ranks, its error is told to the
   /// other ranks as a queued job's is, and this rank makes no further collective.
   void run_step(const std::function<void()>& fn);
+  /// Sharded, the model on a GPU: every rank's shard into the pinned host weights (a collective;
+  /// written: this rank's slot holds its step's weights already), staged for the next exchange.
+  void stage_sharded_weights(bool written = false);
   /// step_offload's job with shard_optimizer_state: `stepping` clips and steps.
   std::function<void()> sharded_offload_job(torch::optim::Optimizer& opt,
                                             std::function<void()> stepping);
