@@ -4,6 +4,7 @@
 
 #include "watch.h"
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -90,7 +91,18 @@ World init(const Launch& launch, const DistOptions& options) {
       go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     else
       go->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    w.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(w.store, launch.rank, launch.world_size, go);
+    auto gloo =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(w.store, launch.rank, launch.world_size, go);
+#if TORCH_VERSION_MAJOR >= 2
+    // LibTorch 2.x: gloo is a Backend that a ProcessGroup dispatches to, per device type (gloo
+    // takes CUDA tensors too, where two ranks share one GPU and NCCL would refuse them).
+    w.pg = c10::make_intrusive<c10d::ProcessGroup>(w.store, launch.rank, launch.world_size);
+    w.pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA})
+      w.pg->setBackend(device, c10d::ProcessGroup::BackendType::GLOO, gloo);
+#else
+    w.pg = std::move(gloo);
+#endif
   } catch (const std::exception& e) {
     throw ScalerError(errc::rank_failed,
                       me + "the process group (gloo, store at " + where +

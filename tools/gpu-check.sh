@@ -3,10 +3,11 @@
 # no Debian packages. CAF, doctest, nlohmann-json and CLI11 come as .deb files in $DEBS, made on a
 # Debian 12 machine with:
 #   mkdir -p .debs && (cd .debs && apt-get download libcaf-dev libcaf-core0.17 libcaf-io0.17 \
-#     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev)
+#     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev libgloo-dev)
+# (libgloo-dev: gloo's headers, which ampactor::distributed needs and a PyTorch wheel lacks.)
 #
-# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload overlap
-# gpt)
+# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload
+# offload_long overlap gpt)
 # The offload cases' tests run in ctest; the offload step runs the benchmark alone.
 # Logs go to $LOGDIR (default $OUT, else /tmp/ampactor-gpu), one file per step.
 # AMPACTOR_REQUIRE_GPU turns a GPU case that finds no GPU into a failure instead of a skip.
@@ -100,6 +101,16 @@ step_offload() {
     "$b" --micro 1 --batch 131072 --iters 6 --json "$LOGDIR/bench-offload-long-backward.json" &&
     "$b" --micro 1 --batch 131072 --iters 6 --layers 16 --width 2048 \
       --json "$LOGDIR/bench-offload-long-backward-16.json"
+}
+
+# The long-backward shapes alone (overlap_backward's), 16 layers of 2048 and 64 of 1024: the same
+# parameters, so the same step, but a last bucket a quarter as large.
+step_offload_long() {
+  local b=$BUILD/bench/ampactor-bench-offload
+  "$b" --micro 1 --batch 131072 --iters 6 --layers 16 --width 2048 \
+    --json "$LOGDIR/bench-offload-long-backward-16.json" &&
+    "$b" --micro 1 --batch 131072 --iters 6 --layers 64 --width 1024 \
+      --json "$LOGDIR/bench-offload-long-backward-64.json"
 }
 
 # overlap_backward with the model on the GPU: its cases, and memcheck over them.
