@@ -12,6 +12,9 @@
 #include <ATen/ops/zeros.h>
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -248,20 +251,28 @@ std::string shard_name(const std::string& base, std::int64_t step, int rank, int
 namespace {
 
 /// This rank's shard files of earlier saves at the same path (BASE.step<K>.rank<R>-of-<N>, K
-/// not `step`): the published manifest no longer names them.
+/// not `step`): the published manifest no longer names them. POSIX calls, not std::filesystem's
+/// iterator: a PyTorch wheel's libtorch_cpu.so exports its own copies of those, which crash when
+/// bound to code built with another GCC.
 void remove_older(const std::string& path, std::int64_t step, int rank, int world) {
   const std::string base = fs::path(path).filename().string(), head = base + ".step",
                     tail = ".rank" + std::to_string(rank) + "-of-" + std::to_string(world);
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(folder_of(path), ec)) {
-    const std::string n = e.path().filename().string();
+  const std::string folder = folder_of(path);
+  DIR* d = ::opendir(folder.c_str());
+  if (!d) return;
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
     if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
         n.compare(n.size() - tail.size(), tail.size(), tail) != 0 ||
         n == shard_name(base, step, rank, world))
       continue;
     const std::string k = n.substr(head.size(), n.size() - head.size() - tail.size());
-    if (k.find_first_not_of("0123456789") == std::string::npos) fs::remove(e.path(), ec);
+    if (k.find_first_not_of("0123456789") == std::string::npos) stale.push_back(n);
   }
+  ::closedir(d);
+  for (const std::string& n : stale)
+    ::unlink((folder + "/" + n).c_str());
 }
 
 }  // namespace

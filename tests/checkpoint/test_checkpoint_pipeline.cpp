@@ -145,7 +145,8 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("A checkpoint records the thread counts and CPU kernels; loading under others warns") {
+TEST_CASE(
+    "A checkpoint records the thread counts and CPU kernels, and loading under others warns") {
   HalfMlp m;
   GradScaler scaler;
   AsyncOptimizer pipe(m.p, scaler, AsyncOptimizerOptions().staleness(0));

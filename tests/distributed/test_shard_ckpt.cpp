@@ -55,17 +55,16 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 }
 
 std::set<std::string> files_in(const fs::path& dir) {
-  std::set<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir))
-    names.insert(e.path().filename().string());
-  return names;
+  const auto names = ampactor::test::list_folder(dir.string());
+  return {names.begin(), names.end()};
 }
 
 }  // namespace
 
 TEST_CASE(
     "shard_optimizer_state: save_run writes each rank's shard and rank 0's manifest and drops the "
-    "last save's shards; a resumed run goes on bit for bit (staleness 0, with overlap_backward, "
+    "last save's shards, and a resumed run goes on bit for bit (staleness 0, with "
+    "overlap_backward, "
     "and "
     "1 with swap_weights), also after a rank was SIGKILLed") {
   const fs::path dir = fresh("shard-ckpt");

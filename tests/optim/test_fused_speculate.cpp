@@ -125,7 +125,8 @@ TEST_CASE("a dropped speculative step leaves masters, state and step counts as t
   }
 }
 
-TEST_CASE("a skipped step_scaled drops the speculative steps; changed inputs are stepped anew") {
+TEST_CASE(
+    "a skipped step_scaled drops the speculative steps, and changed inputs are stepped anew") {
   for (const OptConfig& c : configs()) {
     CAPTURE(c.name());
     Pair p(c, at::kHalf);

@@ -78,7 +78,7 @@ TEST_CASE("the pipeline names the layer that overflowed: move, fused check, over
   CHECK(run(Way::overlap, 0) == want);
 }
 
-TEST_CASE("GradScaler names the gradients that held inf or NaN; unnamed ones by index") {
+TEST_CASE("GradScaler names the gradients that held inf or NaN, unnamed ones by index") {
   std::vector<at::Tensor> p;
   torch::OrderedDict<std::string, at::Tensor> named;
   for (int i = 0; i < 4; ++i) {

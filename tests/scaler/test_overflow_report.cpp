@@ -98,7 +98,8 @@ TEST_CASE("last_overflow names the gradients that held inf or NaN, every dtype a
       }
 }
 
-TEST_CASE("last_overflow: unnamed parameters by index; a clean iteration keeps the last report") {
+TEST_CASE(
+    "last_overflow: unnamed parameters by index, and a clean iteration keeps the last report") {
   Params ps(at::kFloat, Layout::contiguous);
   torch::optim::SGD opt(ps.p, torch::optim::SGDOptions(0.1));
   LocalGradScaler scaler(opts());

@@ -2,8 +2,6 @@
 // archive built by hand (LibTorch writes zip64 records only beyond 4 GiB).
 #pragma once
 
-#include <dirent.h>
-#include <ftw.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "remove_tree.h"
 #include "zip_check.h"
 
 namespace ampactor::test {
@@ -30,13 +29,7 @@ class TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    // nftw, not std::filesystem::remove_all: a LibTorch from PyPI may carry a broken copy.
-    ::nftw(
-        path_.c_str(),
-        [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-        FTW_DEPTH | FTW_PHYS);
-  }
+  ~TempDir() { remove_tree(path_); }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }
 
@@ -56,14 +49,7 @@ inline void write_bytes(const std::string& path, const std::vector<char>& bytes)
 
 /// The names in a folder, sorted, without . and ..
 inline std::vector<std::string> list_dir(const TempDir& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(dir.path().c_str())) {
-    while (const dirent* e = ::readdir(d))
-      if (std::string n = e->d_name; n != "." && n != "..") names.push_back(n);
-    ::closedir(d);
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+  return list_folder(dir.path());
 }
 
 inline std::string zip_damage_of(const std::vector<char>& bytes) {

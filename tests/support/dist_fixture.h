@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "remove_tree.h"
 
 namespace ampactor::test::dist {
 
@@ -26,11 +27,11 @@ inline std::string slurp(const fs::path& p) {
   return s.str();
 }
 
-/// A fresh folder per run.
+/// A fresh folder per run (emptied by remove_tree: see there why).
 inline fs::path fresh(const std::string& name) {
   const fs::path d =
       fs::temp_directory_path() / ("ampactor-dist-" + std::to_string(::getpid())) / name;
-  fs::remove_all(d);
+  remove_tree(d.string());
   fs::create_directories(d);
   return d;
 }

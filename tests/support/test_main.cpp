@@ -1,6 +1,7 @@
 // doctest's main, with one addition: a run in which every case that ran was skipped
 // (AMPACTOR_SKIP) exits with kSkipExitCode, so ctest, which runs one case at a time, reports it as
-// skipped rather than passed. A run with any case that ran whole exits as doctest says.
+// skipped rather than passed; a run in which no case ran fails. A run with any case that ran whole
+// exits as doctest says.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -51,6 +52,11 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   const int rc = context.run();
   if (context.shouldExit()) return rc;
+  // A filter that matches no case (a ctest name cut short, say at a ';') must not pass as a run.
+  if (rc == 0 && cases_run == 0) {
+    std::printf("[ampactor] no test case ran (does the filter match a case's name?)\n");
+    return 1;
+  }
   if (rc == 0 && cases_run > 0 && cases_skipped == cases_run) {
     std::printf("[ampactor] every case that ran was skipped: exit %d\n",
                 ampactor::test::kSkipExitCode);

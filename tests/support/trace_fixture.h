@@ -12,7 +12,6 @@
 
 #include <ATen/ops/ones.h>
 
-#include <ftw.h>
 #include <unistd.h>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include <sstream>
 
 #include "golden_traces.h"
+#include "remove_tree.h"
 #include "workload.h"
 
 using namespace ampactor;
@@ -58,18 +58,11 @@ inline std::string join(const std::vector<std::string>& lines) {
   return s;
 }
 
-/// A scratch directory of this process, removed at exit. Not by std::filesystem::remove_all:
-/// a PyTorch wheel's libtorch.so exports a copy of it that jumps to null (seen with torch 2.11),
-/// and the dynamic linker binds the test's call to that copy.
+/// A scratch directory of this process, removed at exit (by remove_tree: see there why).
 struct Scratch {
   fs::path dir = fs::temp_directory_path() / ("ampactor-trace-test-" + std::to_string(getpid()));
   Scratch() { fs::create_directories(dir); }
-  ~Scratch() {
-    nftw(
-        dir.c_str(),
-        [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-        FTW_DEPTH | FTW_PHYS);
-  }
+  ~Scratch() { ampactor::test::remove_tree(dir.string()); }
 };
 [[maybe_unused]] const fs::path& scratch() {
   static Scratch s;
