@@ -39,17 +39,29 @@ Watch::Watch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DistOpti
   ignore_sigpipe();
   if (const auto* tcp = dynamic_cast<const c10d::TCPStore*>(store_.get()))
     where_ = tcp->getHost() + ":" + std::to_string(tcp->getPort());
-  heart_ = std::thread([this] { beat(); });
+  heart_ = std::make_shared<Heart>();
+  heart_->store = store_;
+  heart_->key = key("heartbeat", rank_);
+  heart_->period = options_.heartbeat();
+  beating_ = std::thread([h = heart_] { beat(h); });
 }
 
 Watch::~Watch() {
   leave(false);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  heart_.join();
+  std::unique_lock<std::mutex> lock(heart_->mu);
+  heart_->stop = true;
+  heart_->cv.notify_all();
+  // A heartbeat blocked in the store waits for its host's reply, with no timeout in LibTorch 2.x's
+  // TCPStore client: a stopped host would hold this rank's exit. Such a thread is left behind
+  // (it holds what it uses), at once where the host is seen stopped or gone, else after the
+  // timeout.
+  const auto wait = store_host_down().empty() ? options_.timeout() : milliseconds(0);
+  const bool ended = heart_->cv.wait_for(lock, wait, [this] { return heart_->done; });
+  lock.unlock();
+  if (ended)
+    beating_.join();
+  else
+    beating_.detach();
 }
 
 void Watch::join(clock::time_point deadline) {
@@ -160,37 +172,40 @@ void Watch::leave(bool for_hung) noexcept {
   }
 }
 
-void Watch::beat() {
-  const auto hb = options_.heartbeat();
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
+void Watch::beat(const std::shared_ptr<Heart>& h) {
+  const auto hb = h->period;
+  std::unique_lock<std::mutex> lock(h->mu);
+  while (!h->stop) {
     lock.unlock();
     try {
-      store_->add(key("heartbeat", rank_), 1);
+      h->store->add(h->key, 1);
     } catch (...) {
-      return;  // the store is gone: a failing collective will say so
+      lock.lock();
+      break;  // the store is gone: a failing collective will say so
     }
     lock.lock();
     const auto from = clock::now();
-    sleeping_since_ = ns_of(from);
-    cv_.wait_for(lock, hb, [this] { return stop_; });
+    h->sleeping_since = ns_of(from);
+    h->cv.wait_for(lock, hb, [&h] { return h->stop; });
     const auto now = clock::now();
-    sleeping_since_ = 0;
+    h->sleeping_since = 0;
     // Only a stopped (or starved) process oversleeps by ten periods.
     if (now - from - hb >= hb * 10) {
-      stalled_ms_ = std::chrono::duration_cast<milliseconds>(now - from - hb).count();
-      stall_end_ = ns_of(now);
+      h->stalled_ms = std::chrono::duration_cast<milliseconds>(now - from - hb).count();
+      h->stall_end = ns_of(now);
     }
   }
+  h->done = true;
+  h->cv.notify_all();
 }
 
 /// This rank's own recent stall, which the others may have taken for a hang.
 std::string Watch::stall() const {
   const auto hb = options_.heartbeat();
-  const std::int64_t now = ns_of(clock::now()), since = sleeping_since_;
+  const std::int64_t now = ns_of(clock::now()), since = heart_->sleeping_since;
   std::int64_t ms = since ? (now - since) / 1000000 - hb.count() : 0;
   const auto recent = std::chrono::nanoseconds(options_.timeout() + hb * 20).count();
-  if (now - stall_end_ < recent) ms = std::max<std::int64_t>(ms, stalled_ms_);
+  if (now - heart_->stall_end < recent) ms = std::max<std::int64_t>(ms, heart_->stalled_ms.load());
   if (ms < (hb * 10).count()) return {};
   return "this rank was stopped or stalled for " + std::to_string(ms) + " ms" +
          (ms < options_.timeout().count() ? ""

@@ -69,7 +69,19 @@ class Watch {
   const std::string& where() const { return where_; }
 
  private:
-  void beat();
+  /// The heartbeat thread's state, which it shares: ~Watch may leave the thread behind, blocked
+  /// in a store call, and what it still touches must outlive the Watch.
+  struct Heart {
+    c10::intrusive_ptr<c10d::Store> store;
+    std::string key;
+    std::chrono::milliseconds period;
+    // Its sleep: a sleep that overran by far means the process was stopped.
+    std::atomic<std::int64_t> sleeping_since{0}, stalled_ms{0}, stall_end{0};
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false, done = false;
+  };
+  static void beat(const std::shared_ptr<Heart>& h);
   std::string stall() const;
   std::string store_host_down() const;
   std::string said_failed();
@@ -83,12 +95,8 @@ class Watch {
   std::string where_;
   std::vector<Place> places_;  // empty until joined
   std::atomic<bool> left_{false};
-  // The heartbeat thread's sleep: a sleep that overran by far means the process was stopped.
-  std::atomic<std::int64_t> sleeping_since_{0}, stalled_ms_{0}, stall_end_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread heart_;
+  std::shared_ptr<Heart> heart_;
+  std::thread beating_;
 };
 
 /// over() with a Watch that has joined already (init() joins before forming the group).

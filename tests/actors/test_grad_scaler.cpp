@@ -76,7 +76,7 @@ TEST_CASE("lagged policy, real threads: every iteration accounted for, one backo
 }
 
 TEST_CASE(
-    "get_scale: the main thread's iteration versus the job's own scale; update(new_scale) "
+    "get_scale: the main thread's iteration versus the job's own scale, update(new_scale) "
     "after a job applies once the job has ended") {
   GradScaler scaler(opts(1024, 2, 0.5, 1));
   Net net;

@@ -399,7 +399,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "iteration() is the main thread's: refused inside a step job and on another thread; "
+    "iteration() is the main thread's: refused inside a step job and on another thread, "
     "is_enabled() answers anywhere") {
   GradScaler scaler(opts(128, 2, 0.5, 1));
   scaler.scale(at::ones({1}));

@@ -163,7 +163,7 @@ TEST_CASE("load_run: a pipeline part that refuses leaves the scaler and the mode
 }
 
 TEST_CASE(
-    "load_run: a part the run has and the file lacks is refused; one the run leaves out is not "
+    "load_run: a part the run has and the file lacks is refused, one the run leaves out is not "
     "read") {
   test::TempDir dir;
   Run a(8, 1024);

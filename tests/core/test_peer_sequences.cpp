@@ -94,7 +94,7 @@ ScaleState started(const GradScalerOptions& o) {
 TEST_SUITE("peer sequences") {
   TEST_CASE(
       "deepspeed: an overflow spends the hysteresis, a backoff leaves it spent, only a growth "
-      "refills it; the first growth on the (w+1)-th clean step, the next w later") {
+      "refills it, the first growth on the (w+1)-th clean step, the next w later") {
     ScaleState s =
         started(GradScalerOptions::deepspeed().init_scale(1024).growth_interval(3).hysteresis(2));
     REQUIRE(s.hysteresis_tracker() == 2);  // [DS] L234: cur_hysteresis = delayed_shift
@@ -174,7 +174,7 @@ TEST_SUITE("peer sequences") {
 
   TEST_CASE(
       "megatron: the hysteresis tracker counts down below 0 and every overflow restarts the "
-      "growth count; only a growth refills it; the backoff floors at min_scale") {
+      "growth count, only a growth refills it, the backoff floors at min_scale") {
     ScaleState s = started(
         GradScalerOptions::megatron().init_scale(1024).growth_interval(3).hysteresis(2).min_scale(
             256));
@@ -249,7 +249,7 @@ TEST_SUITE("peer sequences") {
   }
 
   TEST_CASE(
-      "tf: the floor is 1 (an overflow lifts a scale below 1 to 1); growth when good_steps + 1 "
+      "tf: the floor is 1 (an overflow lifts a scale below 1 to 1), growth when good_steps + 1 "
       ">= period") {
     ScaleState s = started(GradScalerOptions::tf().init_scale(4).growth_interval(3));
     const Row rows[] = {

@@ -132,7 +132,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "deepspeed with min_scale 0: the backoff stops at smallest_scale(), a scale that loads back; "
+    "deepspeed with min_scale 0: the backoff stops at smallest_scale(), a scale that loads back, "
     "there it raises, or stays") {
   CHECK_NOTHROW(check_reciprocal_finite(smallest_scale(), errc::bad_new_scale, "s"));
   CHECK_THROWS_AS(

@@ -140,7 +140,7 @@ double max_rel_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tens
 }  // namespace
 
 TEST_CASE(
-    "offload, staleness 0: the scale and skips equal the masters-on-GPU run; SGD bit for bit") {
+    "offload, staleness 0: the scale and skips equal the masters-on-GPU run, SGD bit for bit") {
   SKIP_WITHOUT_GPU();
   const int n = 30;
   for (const char* kind : {"sgd", "adam"}) {

@@ -357,7 +357,7 @@ TEST_CASE("getters and setters, state_dict across scalers") {
 }
 
 TEST_CASE(
-    "torch's texts: a scale beyond float's range, the constructor's factors; nothing changes") {
+    "torch's texts: a scale beyond float's range, the constructor's factors, nothing changes") {
   auto text_of = [](auto&& fn) { return ampactor::test::refusal_of(fn).what; };
   CHECK(text_of([] { LocalGradScaler(3.5e38); }) == texts::float_overflow);
   // The constructor's refusals are torch's texts exactly.
