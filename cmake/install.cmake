@@ -109,6 +109,7 @@ foreach(_layout IN ITEMS lib deb)
   install(FILES ${_ampactor_${_layout}_config}/ampactorConfig.cmake
                 ${PROJECT_BINARY_DIR}/ampactorConfigVersion.cmake
                 ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
+                ${PROJECT_SOURCE_DIR}/cmake/TorchWheelRpath.cmake
           DESTINATION ${_cmake_dir} COMPONENT ${_layout} ${_exclude})
   # The .deb's .pc says prefix=/usr, as Debian's do; the install tree's finds its prefix from
   # where it lies, so it is right for any --prefix.

@@ -155,7 +155,9 @@ if [ -x "$work/find/data_parallel" ]; then
 fi
 
 echo "== the link line without CMake (doc/reference/cmake-options.md)"
-if [ -d /usr/include/torch/csrc/api/include ]; then
+# Only for a build against Debian's LibTorch: another one's libraries do not link with its headers.
+if [ -d /usr/include/torch/csrc/api/include ] &&
+  grep -q '^Torch_DIR:PATH=/usr/lib/' "$build/CMakeCache.txt"; then
   PREFIX="$work/prefix"
   # Compiled once, linked twice: the page's line, then ampactor.pc's libraries (their link order).
   g++ -std=c++17 -O1 -c "$src/examples/async_steps.cpp" -o "$work/async_steps.o" \
@@ -173,5 +175,5 @@ if [ -d /usr/include/torch/csrc/api/include ]; then
     "$work/async_steps-pc" "$work/run-pc.jsonl"
   fi
 else
-  echo "skipped: the README's line is for Debian's LibTorch (/usr/include/torch)"
+  echo "skipped: the README's line is for a build against Debian's LibTorch (/usr/include/torch)"
 fi

@@ -10,6 +10,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/optim/adam.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -154,7 +155,9 @@ struct Trainer {
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
     // numbers as without; doc/guide/async-pipeline.md).
     // fp16-overlap: each layer's step starts while backward goes on (the model's five
-    // parameters in five buckets); it needs a fused optimizer, which equals LibTorch's Adam.
+    // parameters in five buckets); it needs a fused optimizer, which equals LibTorch 1.13's Adam.
+    // 2.x's Adam rounds its sqrt otherwise: there fp16-sync takes the fused one too, so that
+    // fp16-overlap still compares with it bit for bit.
     pipe = std::make_unique<ampactor::AsyncOptimizer>(model.parameters(), *scaler,
                                                       ampactor::AsyncOptimizerOptions()
                                                           .staleness(m.async ? 1 : 0)
@@ -164,7 +167,8 @@ struct Trainer {
                                                           .overlap_backward(m.overlap)
                                                           .bucket_bytes(64 << 10));
     pipe->name_parameters(model.named_parameters());  // the overflow reports name the layers
-    if ((m.async && s.optimizer == "fused") || m.overlap)
+    const bool fused_sync = TORCH_VERSION_MAJOR >= 2 && m.name == "fp16-sync";
+    if (((m.async || fused_sync) && s.optimizer == "fused") || m.overlap)
       opt = &pipe->make_optimizer<ampactor::optim::FusedAdam>(
           torch::optim::AdamOptions(s.lr), ampactor::optim::FusedOptions().threads(1));
     else
