@@ -93,14 +93,14 @@ step_demo() {
     cp /tmp/ampactor-demo/summary.csv "$LOGDIR/demo-summary.csv"
 }
 
-# The offload bench three times: micro-batches matched to LibTorch's step (staleness 1's best
-# case), and one long backward (overlap_backward's: the step hides behind it) over 4 and 16 layers.
+# The offload bench four times: micro-batches matched to LibTorch's step (staleness 1's best
+# case), and one long backward (overlap_backward's: the step hides behind it) over 4 layers, then
+# the long-backward shapes below.
 step_offload() {
   local b=$BUILD/bench/ampactor-bench-offload
   "$b" --json "$LOGDIR/bench-offload.json" &&
     "$b" --micro 1 --batch 131072 --iters 6 --json "$LOGDIR/bench-offload-long-backward.json" &&
-    "$b" --micro 1 --batch 131072 --iters 6 --layers 16 --width 2048 \
-      --json "$LOGDIR/bench-offload-long-backward-16.json"
+    step_offload_long
 }
 
 # The long-backward shapes alone (overlap_backward's), 16 layers of 2048 and 64 of 1024: the same
