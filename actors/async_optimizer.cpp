@@ -227,7 +227,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   warn_uncleared_grads();
   behind_ = options_.staleness() == 1;
   if (overlap_) return step_overlap(opt, std::move(fn));  // it clips with the buckets' measures
-  if (shard_) return step_sharded(opt, std::move(fn));    // it clips with the whole gradient
+  if (shard_) return step_sharded(opt, std::move(fn));    // it clips with its shard's pieces
   fn = clipping(opt, std::move(fn));
   if (offload_) return step_offload(opt, std::move(fn));
   std::vector<at::Tensor> grads = model_grads();

@@ -5,13 +5,16 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/ranks.h>
+#include <torch/optim/optimizer.h>
 #include "internal/shard_state.h"
 
 #include <cmath>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace ampactor {
@@ -26,13 +29,45 @@ AsyncOptimizerOptions& AsyncOptimizerOptions::clip_grad_norm(std::optional<doubl
   return *this;
 }
 
+namespace {
+/// Data parallel: the squares of opt's gradients (param-group order, one per defined one), each
+/// master's measured by the pieces the sharded layout over `masters` (the model's order) would
+/// cut it into, so that sharded and unsharded ranks clip alike (piece_square).
+std::vector<double> rank_squares(const torch::optim::Optimizer& opt,
+                                 const std::vector<at::Tensor>& masters, int world) {
+  std::vector<std::int64_t> numels;
+  std::unordered_map<const void*, std::size_t> index;
+  for (std::size_t i = 0; i < masters.size(); ++i) {
+    numels.push_back(masters[i].numel());
+    index.emplace(masters[i].unsafeGetTensorImpl(), i);
+  }
+  const ShardLayout layout(numels, world);
+  std::vector<double> squares;
+  for (const auto& group : opt.param_groups())
+    for (const at::Tensor& p : group.params()) {
+      const at::Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      const auto at = index.find(p.unsafeGetTensorImpl());
+      squares.push_back(at == index.end() ? squared_norm(g) : piece_square(g, layout, at->second));
+    }
+  return squares;
+}
+}  // namespace
+
 std::function<void()> AsyncOptimizer::clipping(torch::optim::Optimizer& opt,
                                                std::function<void()> fn) {
   const std::optional<double> max = options_.clip_grad_norm();
   if (!max) return fn;
   // In fn's job, after the grad move or check of the same iteration and before fn's step.
   return [this, &opt, max = *max, fn = std::move(fn)] {
-    grad_norm_ = JobContext::current()->clip_grad_norm_(opt, max);
+    JobContext* job = JobContext::current();
+    const std::shared_ptr<RankGroup>& ranks = scaler().options().ranks();
+    if (ranks && ranks->size() > 1) {  // the moved grads are opt's own (no fused check)
+      const std::vector<double> squares = rank_squares(opt, masters_, ranks->size());
+      grad_norm_ = job->clip_grad_norm_(opt, max, &squares);
+    } else {
+      grad_norm_ = job->clip_grad_norm_(opt, max);
+    }
     if (fn) fn();
   };
 }

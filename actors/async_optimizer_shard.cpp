@@ -1,5 +1,6 @@
 // The sharded optimizer state (AsyncOptimizerOptions::shard_optimizer_state): each rank keeps
-// the masters of one shard, steps it from the ranks' mean gradient and all-gathers the weights.
+// the masters of one shard, reduce-scatters the gradients so that it holds the ranks' mean of that
+// shard, steps it and all-gathers the weights.
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
@@ -11,8 +12,11 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -45,6 +49,8 @@ ShardedState::ShardedState(std::vector<at::Tensor>& model, std::shared_ptr<RankG
   if (spare) spare_ = flat_.clone();
   for (const at::Tensor& p : model)
     holders_.push_back(at::zeros({}, p.options().dtype(at::kFloat)).expand(p.sizes()));
+  grads_ = at::zeros({layout_.world() * layout_.slot()}, at::kFloat);
+  prepare_grads();
   mine_ = layout_.pieces(ranks_->rank());
   for (const ShardPiece& s : mine_)
     masters_.push_back(weights_of(flat_, s)
@@ -57,6 +63,65 @@ at::Tensor ShardedState::grad_piece(std::size_t j) const {
   return g.defined() ? g.reshape({-1}).narrow(0, mine_[j].offset, mine_[j].length) : at::Tensor();
 }
 
+at::Tensor ShardedState::grad_view(std::size_t i) const {
+  // Its own version counter, not grads_'s: a view's would count every bucket's reduce-scatter
+  // into grads_, and a speculative step that read it would never be taken.
+  const at::Tensor& h = holders_[i];
+  return at::empty({0}, grads_.options())
+      .set_(grads_.storage(), layout_.start(i), {h.numel()}, {1})
+      .view(h.sizes());
+}
+
+void ShardedState::prepare_grads() {
+  for (std::size_t i = 0; i < holders_.size(); ++i) {
+    at::Tensor h = holders_[i];
+    if (!h.grad().defined() || h.grad().data_ptr() != grad_view(i).data_ptr())
+      h.mutable_grad() = grad_view(i);
+  }
+}
+
+void ShardedState::regather_grad(std::size_t i) {
+  at::Tensor h = holders_[i];
+  const at::Tensor g = h.grad(), view = grad_view(i);
+  if (!g.defined() || g.data_ptr() == view.data_ptr()) return;
+  view.copy_(g);
+  h.mutable_grad() = view;
+}
+
+GradReduce ShardedState::reducer() {
+  return [this](std::vector<at::Tensor>&, float* max_values, int n) {
+    std::vector<std::size_t> all(holders_.size());
+    for (std::size_t i = 0; i < all.size(); ++i)
+      all[i] = i;
+    reduce(std::move(all), max_values, n);
+  };
+}
+
+void ShardedState::reduce(std::vector<std::size_t> params, float* max_values, int n) {
+  at::NoGradGuard no_grad;
+  std::sort(params.begin(), params.end());
+  // The runs of consecutive parameters: each one range of grads_.
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  for (std::size_t i : params) {
+    regather_grad(i);
+    const std::int64_t lo = layout_.start(i), hi = lo + holders_[i].numel();
+    if (!runs.empty() && runs.back().second == lo)
+      runs.back().second = hi;
+    else
+      runs.emplace_back(lo, hi);
+  }
+  if (runs.empty()) runs.emplace_back(0, 0);  // the values are agreed all the same
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    const auto [lo, hi] = runs[k];
+    std::vector<std::int64_t> bounds;
+    for (int r = 0; r < layout_.world(); ++r)
+      bounds.push_back(std::clamp(layout_.begin(r), lo, hi) - lo);
+    bounds.push_back(hi - lo);
+    at::Tensor part = grads_.narrow(0, lo, hi - lo);
+    ranks_->reduce_scatter(part, bounds, k == 0 ? max_values : nullptr, k == 0 ? n : 0);
+  }
+}
+
 void ShardedState::attach_grads() {
   for (std::size_t j = 0; j < mine_.size(); ++j) {
     at::Tensor m = masters_[j];
@@ -64,11 +129,35 @@ void ShardedState::attach_grads() {
   }
 }
 
-double ShardedState::clip(double max_norm, const std::vector<double>* squares) {
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& h : holders_)
-    grads.push_back(h.grad());
-  const double norm = global_norm(grads, 1.0, squares);
+double ShardedState::clip(double max_norm) {
+  // Each rank's pieces' squares, in a slot of the largest piece count per rank, NaN for none.
+  std::size_t most = 0;
+  for (int r = 0; r < layout_.world(); ++r)
+    most = std::max(most, layout_.pieces(r).size());
+  const std::int64_t w = layout_.world(), p = std::int64_t(most);
+  at::Tensor all = at::full({w * p}, std::numeric_limits<double>::quiet_NaN(), at::kDouble);
+  at::Tensor own = all.narrow(0, rank() * p, p);
+  for (std::size_t j = 0; j < mine_.size(); ++j)
+    if (const at::Tensor g = grad_piece(j); g.defined()) own[std::int64_t(j)] = squared_norm(g);
+  if (w > 1 && p > 0) {
+    at::Tensor bytes = all.view(at::kByte);
+    ranks_->all_gather(own.view(at::kByte), bytes);
+  }
+  // Each parameter's square: its pieces' summed in flat (rank) order, as piece_square sums them.
+  std::vector<double> per(holders_.size(), std::numeric_limits<double>::quiet_NaN());
+  const double* v = all.data_ptr<double>();
+  for (int r = 0; r < layout_.world(); ++r) {
+    const std::vector<ShardPiece> pieces = layout_.pieces(r);
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      const double s = v[r * p + std::int64_t(j)];
+      double& into = per[pieces[j].param];
+      if (!std::isnan(s)) into = std::isnan(into) ? s : into + s;
+    }
+  }
+  std::vector<double> squares;
+  for (double s : per)
+    if (!std::isnan(s)) squares.push_back(s);
+  const double norm = norm_of_squares(squares);
   const double c = clip_coefficient(norm, max_norm);
   at::NoGradGuard no_grad;
   if (c < 1)
@@ -158,7 +247,8 @@ std::function<void()> AsyncOptimizer::sharded_offload_job(torch::optim::Optimize
     offload_->weights_to_write();  // waits until the last exchange has read them
     try {
       std::vector<at::Tensor> holders = shard_->holders();
-      job->move_and_unscale_(opt, grads, holders);
+      shard_->prepare_grads();
+      job->move_and_unscale_(opt, grads, holders, false, shard_->reducer());
       shard_->attach_grads();
       if (optim::fused_step_of(opt)) job->write_weights_in_step(opt, shard_->step_weights(false));
       if (stepping) stepping();
@@ -180,8 +270,9 @@ void AsyncOptimizer::stage_sharded_weights(bool written) {
 
 void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn) {
   std::vector<at::Tensor> grads = model_grads();
-  // On the optimizer thread: the ranks' mean gradient, whole, into the holders (the same floats
-  // as the unsharded move), this rank's pieces of it into its masters' grads.
+  // On the optimizer thread: the gradients moved into the holders (one flat buffer), reduce-
+  // scattered so that this rank's shard holds the ranks' mean (the unsharded move's floats
+  // there), its pieces the masters' grads.
   // A fused step writes this rank's new weights in its own pass where nothing reads them
   // meanwhile: the model's buffer at staleness 0 (the trainer waits), the spare with
   // swap_weights; then only the all-gather is left. Elsewhere the masters are copied after it.
@@ -193,13 +284,14 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
   auto move = [this, &opt, into](const std::vector<at::Tensor>& g, bool adopt) {
     std::vector<at::Tensor> holders = shard_->holders();
     JobContext* job = JobContext::current();
-    job->move_and_unscale_(opt, g, holders, adopt);
+    shard_->prepare_grads();
+    job->move_and_unscale_(opt, g, holders, adopt, shard_->reducer());
     shard_->attach_grads();
     if (into != Into::none)
       job->write_weights_in_step(opt, shard_->step_weights(into == Into::spare));
   };
   auto written = [&opt] { return JobContext::current()->wrote_weights(opt); };
-  // clip_grad_norm_ over the whole mean gradient (every rank has it), applied to this shard.
+  // clip_grad_norm_ over the ranks' mean gradient (each rank measures its shard), applied to it.
   auto stepping = [this, &opt, max = options_.clip_grad_norm(), fn = std::move(fn)] {
     if (max) {
       double norm = std::numeric_limits<double>::quiet_NaN();  // skipped: nothing clipped

@@ -67,15 +67,17 @@ void JobContext::refuse_late_unscale(const torch::optim::Optimizer& opt) const {
 
 bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
                                    const std::vector<at::Tensor>& model_grads,
-                                   std::vector<at::Tensor>& masters, bool adopt) {
+                                   std::vector<at::Tensor>& masters, bool adopt,
+                                   const GradReduce& reduce) {
   refuse_late_unscale(opt);
   if (!enabled_) {
     // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
     StepTracker plain(true, tracker_.ranks());  // data parallel: averaged all the same
-    plain.move_and_unscale_(opt, model_grads, masters, 1.0f, adopt);
+    plain.move_and_unscale_(opt, model_grads, masters, 1.0f, adopt, reduce);
     return false;
   }
-  const bool found = tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt);
+  const bool found =
+      tracker_.move_and_unscale_(opt, model_grads, masters, inverse(scale_), adopt, reduce);
   moved_.push_back(&opt);
   ++unscales_;
   report(opt, found, *tracker_.local_found_inf(opt));

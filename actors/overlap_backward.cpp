@@ -204,6 +204,7 @@ void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {
   found_by_.clear();
   agreed_max_ = dtype_max_ = 0;
   squares_.assign(model_.size(), std::numeric_limits<double>::quiet_NaN());
+  if (shard_) shard_->prepare_grads();  // the moves write into the flat buffer it reduce-scatters
   // The last exchange has read the pinned weights: the buckets' steps may write them from here.
   if (offload_) offload_->weights_to_write();
 }
@@ -215,13 +216,14 @@ void OverlapBackward::run_bucket(std::size_t b, const std::vector<at::Tensor>& g
     if (ranks_) {
       move_and_average(b, grads, *job);
       if (found_) return;
-      std::vector<at::Tensor> g;  // the ranks' mean, true-sized
+      if (shard_) return speculate_shard(b);  // its clip measures the pieces it holds
+      std::vector<at::Tensor> g;              // the ranks' mean, true-sized
       for (std::size_t i : buckets_[b])
         g.push_back(grad_dest(i).grad());
       if (clip_)
         for (std::size_t j = 0; j < g.size(); ++j)
           if (g[j].defined()) squares_[buckets_[b][j]] = squared_norm(g[j]);
-      return shard_ ? speculate_shard(b) : speculate(b, g, 1.0f);
+      return speculate(b, g, 1.0f);
     }
     std::vector<at::Tensor> defined;
     for (const at::Tensor& g : grads)

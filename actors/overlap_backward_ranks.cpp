@@ -1,6 +1,7 @@
 // The overlapped backward with data-parallel ranks: each bucket's gradients are moved into the
 // masters' fp32 grads, checked and averaged across the ranks as soon as it is ready, its
-// found_inf and size agreed in the same collective; the speculative step reads the mean.
+// found_inf and size agreed in the same collective (sharded: reduce-scattered, each rank getting
+// its pieces' mean); the speculative step reads the mean.
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/ranks.h>
@@ -35,7 +36,11 @@ void OverlapBackward::move_and_average(std::size_t b, const std::vector<at::Tens
   for (const at::Tensor& m : masters)
     if (m.grad().defined()) moved.push_back(m.grad());
   averaged_[b] = true;  // from here this bucket's collective is made (or the iteration fails)
-  ranks_->average(moved, v.data(), int(v.size()));
+  // Sharded: reduce-scattered, this rank's pieces of the bucket holding the mean.
+  if (shard_)
+    shard_->reduce(buckets_[b], v.data(), int(v.size()));
+  else
+    ranks_->average(moved, v.data(), int(v.size()));
   found_ = found_ || v[0] != 0;
   const std::vector<std::int32_t> by = ranks_that_found(v);
   found_by_.insert(found_by_.end(), by.begin(), by.end());
@@ -64,12 +69,17 @@ double OverlapBackward::finish_ranks(torch::optim::Optimizer& opt,
                           GradSize{agreed_max_, dtype_max_}, absmax_, found_by_);
   if (shard_) shard_->attach_grads();  // the step reads its pieces of the mean
   if (!clip_ || found_) return std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> squares;  // of the mean, in parameter order
+  if (shard_) return shard_->clip(*clip_);  // each rank measures its pieces of the mean
+  // Of the mean, in parameter order; a parameter the sharded layout would cut, by its pieces.
+  std::vector<std::int64_t> numels;
+  for (const at::Tensor& p : model_)
+    numels.push_back(p.numel());
+  const ShardLayout layout(numels, ranks_->size());
+  std::vector<double> squares;
   for (std::size_t i = 0; i < model_.size(); ++i)
     if (const at::Tensor& g = grad_dest(i).grad(); g.defined())
-      squares.push_back(std::isnan(squares_[i]) ? squared_norm(g) : squares_[i]);
-  // Sharded, the norm is the whole mean's (every rank has it), applied to this rank's pieces.
-  return shard_ ? shard_->clip(*clip_, &squares) : job.clip_grad_norm_(opt, *clip_, &squares);
+      squares.push_back(piece_square(g, layout, i, squares_[i]));
+  return job.clip_grad_norm_(opt, *clip_, &squares);
 }
 
 }  // namespace ampactor::internal

@@ -23,6 +23,12 @@ class TimedRanks final : public RankGroup {
     in_->average(t, v, n);
     average_ms.push_back(ms_since(t0));
   }
+  void reduce_scatter(at::Tensor& part, const std::vector<std::int64_t>& bounds, float* v,
+                      int n) override {
+    const auto t0 = Clock::now();
+    in_->reduce_scatter(part, bounds, v, n);
+    average_ms.push_back(ms_since(t0));
+  }
   void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
     const auto t0 = Clock::now();
     in_->all_gather(mine, gathered);
@@ -32,7 +38,7 @@ class TimedRanks final : public RankGroup {
   void require_same(const std::string& w, const std::string& t) override {
     in_->require_same(w, t);
   }
-  /// Each call's milliseconds, in order.
+  /// Each call's milliseconds, in order (average_ms: the gradients' average or reduce-scatter).
   std::vector<double> average_ms, gather_ms;
 
  private:

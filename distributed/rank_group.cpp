@@ -1,8 +1,10 @@
-// RankGroup over c10d: MAX all-reduces for found_inf, bucketed averages for gradients, and the
-// store for what a collective cannot say: which rank failed, and why.
+// RankGroup over c10d: MAX all-reduces for found_inf, bucketed averages and reduce-scatters for
+// gradients (summed in rank order, rank_sum.h), and the store for what a collective cannot say:
+// which rank failed, and why.
 #include <ampactor/core/errors.h>
 #include <ampactor/distributed/dist.h>
 
+#include "rank_sum.h"
 #include "watch.h"
 
 #include <ATen/ops/cat.h>
@@ -49,78 +51,6 @@ std::string first_difference(const std::string& a, const std::string& b) {
     const bool ha = bool(sa >> wa), hb = bool(sb >> wb);
     if (!ha && !hb) return "(equal)";
     if (!ha || !hb || wa != wb) return (ha ? wa : "(nothing)") + " vs " + (hb ? wb : "(nothing)");
-  }
-}
-
-// The pieces of C10dRanks::average that need no member.
-
-/// The maxima travel in the same round as a SUM: rank r's values in its own slots, zeros in
-/// the others' (x + 0 is x exactly), the largest slot taken after. Undefined when n is 0.
-at::Tensor max_slots(const float* max_values, int n, int rank, int size, bool cuda) {
-  at::Tensor slots;
-  if (n > 0) {
-    std::vector<float> host(std::size_t(n) * std::size_t(size), 0.0f);
-    for (int i = 0; i < n; ++i)
-      host[std::size_t(i) * std::size_t(size) + std::size_t(rank)] = max_values[i];
-    slots = at::from_blob(host.data(), {std::int64_t(host.size())}, at::kFloat).clone();
-    if (cuda) slots = slots.to(at::kCUDA);
-  }
-  return slots;
-}
-
-/// Buckets of one dtype and device, each flattened into one buffer, all in flight at once.
-struct Bucket {
-  std::vector<std::size_t> members;
-  std::int64_t bytes = 0;
-  at::Tensor flat;
-  c10::intrusive_ptr<c10d::Work> work;
-};
-
-/// Each tensor goes into the last bucket of its dtype and device with room for it, else a new one.
-std::vector<Bucket> bucket(const std::vector<at::Tensor>& tensors, std::int64_t bucket_bytes) {
-  std::vector<Bucket> buckets;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const at::Tensor& t = tensors[i];
-    const std::int64_t b = t.numel() * std::int64_t(t.element_size());
-    Bucket* into = nullptr;
-    for (Bucket& k : buckets) {
-      const at::Tensor& first = tensors[k.members[0]];
-      if (first.scalar_type() == t.scalar_type() && first.device() == t.device() &&
-          k.bytes + b <= bucket_bytes)
-        into = &k;
-    }
-    if (!into) into = &buckets.emplace_back();
-    into->members.push_back(i);
-    into->bytes += b;
-  }
-  return buckets;
-}
-
-/// Takes each value's largest slot from the summed slots (at the carrier's end, if any).
-void read_maxima(const at::Tensor& slots, const Bucket* carrier, float* max_values, int n,
-                 int size) {
-  at::Tensor summed =
-      carrier ? carrier->flat.slice(0, carrier->flat.numel() - slots.numel()) : slots;
-  summed = summed.cpu().contiguous();
-  const float* p = summed.data_ptr<float>();
-  for (int i = 0; i < n; ++i) {
-    float m = p[std::size_t(i) * std::size_t(size)];
-    for (int r = 1; r < size; ++r)
-      m = std::max(m, p[std::size_t(i) * std::size_t(size) + std::size_t(r)]);
-    max_values[i] = m;
-  }
-}
-
-/// The summed buckets divided by the rank count, copied back into their tensors.
-void unflatten_mean(std::vector<Bucket>& buckets, std::vector<at::Tensor>& tensors, int size) {
-  for (Bucket& k : buckets) {
-    k.flat.div_(double(size));
-    std::int64_t at = 0;
-    for (std::size_t i : k.members) {
-      at::Tensor& t = tensors[i];
-      t.copy_(k.flat.slice(0, at, at + t.numel()).view(t.sizes()));
-      at += t.numel();
-    }
   }
 }
 
@@ -174,39 +104,71 @@ class C10dRanks final : public RankGroup {
   void average(std::vector<at::Tensor>& tensors, float* max_values, int n) override {
     refuse_after_failure();
     if (size_ == 1) return;
-    at::Tensor slots = max_slots(max_values, n, rank_, size_, cuda_);
-    std::vector<Bucket> buckets = bucket(tensors, options_.bucket_bytes());
-    c10d::AllreduceOptions o;
-    o.reduceOp = c10d::ReduceOp::SUM;
-    o.timeout = options_.timeout();
-    // The slots ride at the end of the first fp32 bucket on their device: no round of their own
-    // (a separate all-reduce, even in flight beside the buckets, costs about a round trip more).
-    Bucket* carrier = nullptr;
-    for (Bucket& k : buckets)
+    at::Tensor slots = detail::max_slots(max_values, n, rank_, size_, cuda_);
+    std::vector<detail::Bucket> buckets = detail::bucket(tensors, options_.bucket_bytes());
+    // The slots ride at the end of the first fp32 bucket on their device (else alone): no round
+    // of their own (a separate collective, even in flight beside the buckets, costs about a
+    // round trip more).
+    detail::Bucket* carrier = nullptr;
+    for (detail::Bucket& k : buckets)
       if (!carrier && slots.defined() && tensors[k.members[0]].scalar_type() == at::kFloat &&
           tensors[k.members[0]].device() == slots.device())
         carrier = &k;
-    c10::intrusive_ptr<c10d::Work> slots_work;
+    std::vector<at::Tensor> flats;
+    for (detail::Bucket& k : buckets) {
+      std::vector<at::Tensor> parts;
+      for (std::size_t i : k.members)
+        parts.push_back(tensors[i].reshape({-1}));
+      if (&k == carrier) parts.push_back(slots.reshape({-1}));
+      k.flat = at::cat(parts);
+      flats.push_back(k.flat);
+    }
+    if (slots.defined() && !carrier) flats.push_back(slots);
+    // Each buffer reduce-scattered in even cuts, then the cuts' sums broadcast back: every phase
+    // of every buffer in flight at once.
+    std::vector<detail::RankOrderSum> sums;
+    for (const at::Tensor& f : flats)
+      sums.emplace_back(f, detail::even_bounds(f.numel(), size_), rank_, size_);
     run("the gradient average", [&] {
-      if (slots.defined() && !carrier) {
+      for (auto& s : sums)
+        s.start(*pg_, options_.timeout());
+      for (auto& s : sums)
+        s.finish(options_.timeout());
+      for (auto& s : sums)
+        s.start_gather(*pg_, options_.timeout());
+      for (auto& s : sums)
+        s.wait_gather(options_.timeout());
+    });
+    if (slots.defined())
+      detail::read_maxima(carrier ? carrier->flat : slots, slots, max_values, n, size_);
+    detail::unflatten_mean(buckets, tensors, size_);
+  }
+
+  void reduce_scatter(at::Tensor& part, const std::vector<std::int64_t>& bounds, float* max_values,
+                      int n) override {
+    check_reduce_scatter(*this, part, bounds);
+    refuse_after_failure();
+    if (size_ == 1) return;
+    // The maxima in a sum of their own, in flight beside the all-to-all: every rank needs them,
+    // and a rank receives only its cut.
+    at::Tensor slots = detail::max_slots(max_values, n, rank_, size_, part.is_cuda());
+    detail::RankOrderSum sum(part, bounds, rank_, size_);
+    run("the gradient reduce-scatter", [&] {
+      c10::intrusive_ptr<c10d::Work> slots_work;
+      if (slots.defined()) {
+        c10d::AllreduceOptions o;
+        o.reduceOp = c10d::ReduceOp::SUM;
+        o.timeout = options_.timeout();
         std::vector<at::Tensor> list{slots};
         slots_work = pg_->allreduce(list, o);
       }
-      for (Bucket& k : buckets) {
-        std::vector<at::Tensor> parts;
-        for (std::size_t i : k.members)
-          parts.push_back(tensors[i].reshape({-1}));
-        if (&k == carrier) parts.push_back(slots.reshape({-1}));
-        k.flat = at::cat(parts);
-        std::vector<at::Tensor> list{k.flat};
-        k.work = pg_->allreduce(list, o);
-      }
-      for (Bucket& k : buckets)
-        k.work->wait(options_.timeout());
+      if (part.numel() > 0) sum.start(*pg_, options_.timeout());
+      if (part.numel() > 0) sum.finish(options_.timeout());
       if (slots_work) slots_work->wait(options_.timeout());
     });
-    if (slots.defined()) read_maxima(slots, carrier, max_values, n, size_);
-    unflatten_mean(buckets, tensors, size_);
+    const std::size_t r = std::size_t(rank_);
+    part.narrow(0, bounds[r], bounds[r + 1] - bounds[r]).div_(double(size_));
+    if (slots.defined()) detail::read_maxima(slots, slots, max_values, n, size_);
   }
 
   void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {

@@ -21,23 +21,47 @@ double squared_norm(const at::Tensor& g) {
   return n * n;
 }
 
+double norm_of_squares(const std::vector<double>& squares, double mult) {
+  double sum = 0;
+  for (double s : squares)
+    sum += s;
+  return std::sqrt(sum) * mult;
+}
+
 double global_norm(const std::vector<at::Tensor>& grads, double mult,
                    const std::vector<double>* squares) {
-  double sum = 0;
-  std::size_t j = 0;
+  std::vector<double> measured;
   for (const at::Tensor& g : grads) {
     if (!g.defined()) continue;
-    if (squares && j >= squares->size())
+    if (squares && measured.size() >= squares->size())
       throw ScalerError(errc::protocol_misuse, "global_norm: " + std::to_string(squares->size()) +
                                                    " squares for more gradients");
-    sum += squares ? (*squares)[j] : squared_norm(g);
-    ++j;
+    measured.push_back(squares ? (*squares)[measured.size()] : squared_norm(g));
   }
-  if (squares && j != squares->size())
+  if (squares && measured.size() != squares->size())
     throw ScalerError(errc::protocol_misuse, "global_norm: " + std::to_string(squares->size()) +
-                                                 " squares for " + std::to_string(j) +
+                                                 " squares for " + std::to_string(measured.size()) +
                                                  " gradients");
-  return std::sqrt(sum) * mult;
+  return norm_of_squares(measured, mult);
+}
+
+double piece_square(const at::Tensor& g, const ShardLayout& layout, std::size_t param,
+                    double measured) {
+  const std::int64_t first = layout.start(param), n = g.numel();
+  std::vector<std::pair<std::int64_t, std::int64_t>> cuts;  // (offset, length) in the parameter
+  for (int r = 0; r < layout.world(); ++r) {
+    const std::int64_t lo = std::max(first, layout.begin(r));
+    const std::int64_t hi = std::min(first + n, layout.end(r));
+    if (lo < hi) cuts.emplace_back(lo - first, hi - lo);
+  }
+  if (cuts.size() <= 1) return std::isnan(measured) ? squared_norm(g) : measured;
+  const at::Tensor flat = g.reshape({-1});
+  double sum = 0;
+  for (std::size_t c = 0; c < cuts.size(); ++c) {
+    const double s = squared_norm(flat.narrow(0, cuts[c].first, cuts[c].second));
+    sum = c == 0 ? s : sum + s;
+  }
+  return sum;
 }
 
 double clip_coefficient(double total, double max_norm) {

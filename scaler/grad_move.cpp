@@ -94,7 +94,8 @@ void move_measured(const std::vector<at::Tensor>& model_grads,
 
 bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
                                     const std::vector<at::Tensor>& model_grads,
-                                    std::vector<at::Tensor>& masters, float inv_scale, bool adopt) {
+                                    std::vector<at::Tensor>& masters, float inv_scale, bool adopt,
+                                    const GradReduce& reduce) {
   auto it = records_.find(&opt);
   check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
   if (model_grads.size() != masters.size())
@@ -122,7 +123,10 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
     if (p.grad().defined()) moved.push_back(p.grad());
   std::vector<float> v;
   const GradSize size = local_values(rec, v);
-  ranks_->average(moved, v.data(), int(v.size()));
+  if (reduce)
+    reduce(moved, v.data(), int(v.size()));
+  else
+    ranks_->average(moved, v.data(), int(v.size()));
   apply_agreed(rec, v, size);
   return rec.any_found_inf();
 }

@@ -1,5 +1,8 @@
 // The values the ranks agree on: found_inf, the gradients' size and which ranks found inf or NaN.
+#include <ampactor/core/errors.h>
 #include <ampactor/scaler/ranks.h>
+
+#include <string>
 
 namespace ampactor {
 
@@ -16,6 +19,30 @@ std::vector<std::int32_t> ranks_that_found(const std::vector<float>& agreed) {
   for (std::size_t r = 2; r < agreed.size(); ++r)
     if (agreed[r] != 0) out.push_back(std::int32_t(r - 2));
   return out;
+}
+
+void check_reduce_scatter(const RankGroup& ranks, const at::Tensor& part,
+                          const std::vector<std::int64_t>& bounds) {
+  auto refuse = [](const std::string& what) {
+    throw ScalerError(errc::protocol_misuse, "RankGroup::reduce_scatter: " + what);
+  };
+  if (!part.defined() || part.dim() != 1 || !part.is_contiguous())
+    refuse("the part must be a contiguous 1-D tensor");
+  if (bounds.size() != std::size_t(ranks.size()) + 1)
+    refuse(std::to_string(bounds.size()) + " bounds for " + std::to_string(ranks.size()) +
+           " ranks (one more than the ranks)");
+  if (bounds.front() != 0 || bounds.back() != part.numel())
+    refuse("the bounds must run from 0 to the part's " + std::to_string(part.numel()) +
+           " elements");
+  for (std::size_t r = 1; r < bounds.size(); ++r)
+    if (bounds[r] < bounds[r - 1]) refuse("the bounds must not decrease");
+}
+
+void RankGroup::reduce_scatter(at::Tensor& part, const std::vector<std::int64_t>& bounds,
+                               float* max_values, int n) {
+  check_reduce_scatter(*this, part, bounds);
+  std::vector<at::Tensor> whole{part};
+  average(whole, max_values, n);
 }
 
 }  // namespace ampactor

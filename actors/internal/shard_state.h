@@ -1,6 +1,7 @@
 // AsyncOptimizerOptions::shard_optimizer_state: the masters (and so the optimizer's state) of one
 // contiguous shard of the parameters per rank (ShardLayout), the full-size fp32 gradients the
-// ranks average, and the all-gather that brings every rank's updated shard into every model.
+// ranks reduce-scatter (each rank receives its shard's), and the all-gather that brings every
+// rank's updated shard into every model.
 #pragma once
 
 #include <ampactor/core/shard_layout.h>
@@ -33,21 +34,34 @@ class ShardedState {
   const std::vector<at::Tensor>& masters() const { return masters_; }
   /// Which piece of which parameter each master is.
   const std::vector<ShardPiece>& pieces() const { return mine_; }
-  /// One per model parameter, in its shape: the grad move writes the ranks' mean fp32 gradient
-  /// into their grad() (they hold no data of their own: a broadcast scalar).
+  /// One per model parameter, in its shape: the grad move writes the fp32 gradient into their
+  /// grad() (they hold no data of their own: a broadcast scalar), views of one flat buffer in
+  /// the layout's order (prepare_grads), which reduce() reduce-scatters: only this rank's shard
+  /// of it holds the ranks' mean after.
   const std::vector<at::Tensor>& holders() const { return holders_; }
+  /// Before a move: every holder's grad() a view of the flat gradient buffer, which the move
+  /// writes in place.
+  void prepare_grads();
+  /// The grad move's reduce (GradReduce): the flat gradient buffer reduce-scattered over the
+  /// shards, the values agreed in the same round. A moved gradient that is not its view
+  /// (adopted) is copied in first.
+  GradReduce reducer();
+  /// The same for the parameters `params` alone (an overlap_backward bucket): each run of
+  /// consecutive parameters reduce-scattered over the shards, the values agreed with the first.
+  void reduce(std::vector<std::size_t> params, float* max_values, int n);
   /// After the move: each master's grad() becomes a view of its piece of the mean gradient.
   void attach_grads();
-  /// Piece j's view of its parameter's mean gradient (the holder's grad()), as attach_grads
+  /// Piece j's view of its parameter's mean gradient (in the holder's grad()), as attach_grads
   /// makes it; undefined when the parameter has none.
   at::Tensor grad_piece(std::size_t j) const;
   /// Piece j's weights in the spare buffer (overlap_backward's steps write them there).
   at::Tensor spare_piece(std::size_t j) const { return weights_of(spare_, mine_[j]); }
   std::int64_t spare_bytes() const { return spare_.defined() ? std::int64_t(spare_.nbytes()) : 0; }
-  /// clip_grad_norm_ over the whole mean gradient (every rank has it), applied to this rank's
-  /// masters' grads: returns the total norm. squares: each defined holder grad's squared norm
-  /// in parameter order, measured already (null: measured here).
-  double clip(double max_norm, const std::vector<double>* squares = nullptr);
+  /// clip_grad_norm_ over the ranks' mean gradient, applied to this rank's masters' grads:
+  /// returns the total norm. Each rank measures its pieces (piece_square's squares), the ranks
+  /// exchange them (a collective), and every rank sums them in parameter order: the norm the
+  /// unsharded ranks measure over the same layout.
+  double clip(double max_norm);
   /// This rank's masters into its slot of the weights, then every rank's slot into every rank's
   /// (one all-gather in place). A collective: every rank calls it in turn. A parameter whose
   /// storage was replaced meanwhile (Module::load sets a loaded tensor's) is first made a view
@@ -74,6 +88,7 @@ class ShardedState {
   std::vector<ShardPiece> mine_;
   std::vector<at::Tensor> masters_, holders_;
   at::Tensor flat_;   // the model's weights: world x slot elements, each rank's shard in its slot
+  at::Tensor grads_;  // the holders' fp32 gradients, laid out as flat_
   at::Tensor spare_;  // swap_weights: the next weights, laid out as flat_
   /// A piece's weights in `flat` (flat_ or spare_).
   at::Tensor weights_of(const at::Tensor& flat, const ShardPiece& s) const;
@@ -84,6 +99,10 @@ class ShardedState {
   void gather_into(at::Tensor& flat, bool written);
   /// Every rank's slot of `flat` into every rank's (the all-gather in place).
   void all_gather(at::Tensor& flat);
+  /// Holder i's gradient in grads_.
+  at::Tensor grad_view(std::size_t i) const;
+  /// Holder i's grad() made the view of grads_ again, holding what it holds (adopted).
+  void regather_grad(std::size_t i);
   /// Makes each parameter that is not one a view of flat_, holding what it holds. Returns
   /// whether any was not.
   bool attach_weights(std::vector<at::Tensor>& model);

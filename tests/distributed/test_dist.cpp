@@ -95,6 +95,25 @@ TEST_CASE("data parallel equals one process over the concatenated batch, bit for
 }
 
 TEST_CASE(
+    "average and reduce_scatter on 3 and 4 ranks: the mean summed in rank order, uneven and empty "
+    "cuts, the maxima agreed, bad bounds refused") {
+  for (int n : {3, 4}) {
+    CAPTURE(n);
+    const Run r = launch("collectives", n, {"--path", "collectives"});
+    REQUIRE_MESSAGE(r.code == 0, r.log);
+    for (int rank = 0; rank < n; ++rank) {
+      CAPTURE(rank);
+      const std::string& out = r.ranks[std::size_t(rank)];
+      // The values are such that another order of the sum gives other floats.
+      CHECK_MESSAGE(out.find("order matters yes\n") != std::string::npos, out);
+      for (const std::string check : {"average", "reduce_scatter", "empty", "refused"})
+        CHECK_MESSAGE(out.find(check + " ok\n") != std::string::npos, out);
+      CHECK(out.find("FAILED") == std::string::npos);
+    }
+  }
+}
+
+TEST_CASE(
     "overlap_backward with 2 ranks: bit for bit staleness 0's ranks, clipped, one rank's inf") {
   // Each bucket is averaged as it becomes ready; with 2 ranks a sum has one order, so the means
   // are the whole-gradient average's floats (more ranks: the order follows the buckets).
@@ -210,6 +229,19 @@ void sharded_as_unsharded(const std::string& name, int n, std::vector<std::strin
     const auto at = out.find(" taken ");
     REQUIRE_MESSAGE(at != std::string::npos, out);
     CHECK(std::stoll(out.substr(at + 7)) > 0);
+  }
+  // The sharded run reduce-scatters the gradients (each rank receives its shard's), the
+  // unsharded one averages them.
+  auto count = [](const std::string& out, const std::string& what) {
+    const auto at = out.find(what + " ");
+    return at == std::string::npos ? -1 : std::stoi(out.substr(at + what.size() + 1));
+  };
+  for (int r = 0; r < n; ++r) {
+    CAPTURE(r);
+    CHECK(count(sharded.ranks[std::size_t(r)], "reduce_scatter") > 0);
+    CHECK(count(sharded.ranks[std::size_t(r)], "average") == 0);
+    CHECK(count(plain.ranks[std::size_t(r)], "average") > 0);
+    CHECK(count(plain.ranks[std::size_t(r)], "reduce_scatter") == 0);
   }
   const auto t = trajectory(plain.ranks[0]);
   int skips = 0;

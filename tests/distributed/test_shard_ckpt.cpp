@@ -41,11 +41,13 @@ std::string from_iteration(const std::string& out, int from) {
   return rest.substr(0, rest.find("masters "));
 }
 
-/// The output without its overlap_bytes line (whose count of steps taken depends on the run's
-/// length).
+/// Without the lines that count over the process's life (a resumed one counts from its start):
+/// the speculative steps' and the collectives'.
 std::string without_overlap(std::string out) {
-  const auto at = out.find("overlap_bytes ");
-  return at == std::string::npos ? out : out.erase(at, out.find('\n', at) + 1 - at);
+  for (const char* line : {"overlap_bytes ", "collectives "})
+    if (const auto at = out.find(line); at != std::string::npos)
+      out.erase(at, out.find('\n', at) + 1 - at);
+  return out;
 }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {

@@ -22,6 +22,8 @@
 #include <torch/optim/sgd.h>
 #include <CLI/CLI.hpp>
 
+#include "dist_collectives.h"
+
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -67,7 +69,7 @@ struct Settings {
 void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
                  std::vector<std::string>& die_at, std::vector<std::string>& throw_at,
                  std::vector<std::string>& stop_at) {
-  app.add_option("--path", s.path, "local | actor | pipeline");
+  app.add_option("--path", s.path, "local | actor | pipeline | collectives");
   app.add_option("--model", s.model, "exact | mlp");
   app.add_option("--policy", s.policy, "exact | lagged");
   app.add_option("--steps", s.steps);
@@ -319,7 +321,16 @@ struct Worker {
 };
 
 /// The run of this rank, once the group is up.
-void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::RankGroup>& ranks) {
+void run(Settings& s, int rank, int shards, std::shared_ptr<ampactor::RankGroup> group) {
+  if (s.path == "collectives") {
+    std::ofstream out(s.out + "/rank" + std::to_string(rank) + ".txt");
+    ampactor::test::check_collectives(*group, out);
+    out << "done\n";
+    return;
+  }
+  // Counted: which gradient collectives the pipeline made is printed with --print-model.
+  auto counted = group ? std::make_shared<ampactor::test::CountingRanks>(group) : nullptr;
+  const std::shared_ptr<ampactor::RankGroup> ranks = counted;
   if (rank == 1 && s.odd_interval > 0) s.growth_interval = s.odd_interval;
   if (rank == 1 && !s.odd_policy.empty()) s.policy = s.odd_policy;
   torch::nn::Sequential net = make_net(s.model);
@@ -344,6 +355,9 @@ void run(Settings& s, int rank, int shards, const std::shared_ptr<ampactor::Rank
     for (const auto& m : st.pipe->optim_parameters())
       n += m.numel();
     out << "masters " << n << "\n";
+    if (counted)
+      out << "collectives average " << counted->averages << " reduce_scatter "
+          << counted->reduce_scatters << "\n";
   }
   // The second buffers' size: nonzero once a bucket was stepped during backward.
   // and the speculative steps taken.

@@ -58,10 +58,11 @@ class JobContext {
   StepOutcome step(torch::optim::Optimizer& opt,
                    const std::function<at::Tensor()>& closure = nullptr);
   /// The pipeline's unscale: model grads moved into the masters' grads (fp32), unscaled with
-  /// this job's scale and checked in one pass; recorded and reported as unscale_ is. adopt: see
-  /// StepTracker::move_and_unscale_.
+  /// this job's scale and checked in one pass; recorded and reported as unscale_ is. adopt and
+  /// reduce: see StepTracker::move_and_unscale_.
   bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                         std::vector<at::Tensor>& masters, bool adopt = false);
+                         std::vector<at::Tensor>& masters, bool adopt = false,
+                         const GradReduce& reduce = {});
   /// The pipeline's check for a fused optimizer (ampactor::optim): model grads read once for
   /// inf/NaN and reported as unscale_ is; the step then reads them and writes `weights` (see
   /// StepTracker::check_for_fused_). With the scaler disabled the grads are moved into the

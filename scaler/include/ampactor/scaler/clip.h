@@ -5,8 +5,11 @@
 // gradients inside it, and the overlapped backward measures each bucket as it becomes ready.
 #pragma once
 
+#include <ampactor/core/shard_layout.h>
+
 #include <ATen/core/Tensor.h>
 
+#include <limits>
 #include <vector>
 
 namespace torch::optim {
@@ -22,6 +25,14 @@ double squared_norm(const at::Tensor& g);
 /// gradient's squared_norm, or of `squares` (one per defined gradient) when made already.
 double global_norm(const std::vector<at::Tensor>& grads, double mult,
                    const std::vector<double>* squares = nullptr);
+/// sqrt of the sum, in order, of `squares`, times `mult`: global_norm's last step.
+double norm_of_squares(const std::vector<double>& squares, double mult = 1.0);
+/// Data parallel: the square of parameter `param`'s gradient g as a sharded state over `layout`
+/// measures it, so that sharded and unsharded runs clip alike bit for bit: the sum, in flat
+/// order, of the squared_norm of each piece the layout cuts it into. A parameter in one piece:
+/// `measured` if that is a number, else squared_norm(g), as global_norm takes it.
+double piece_square(const at::Tensor& g, const ShardLayout& layout, std::size_t param,
+                    double measured = std::numeric_limits<double>::quiet_NaN());
 /// clip_grad_norm_'s coefficient: max_norm / (total + 1e-6), at most 1.
 double clip_coefficient(double total, double max_norm);
 /// A fused step's inverse scale times the coefficient, rounded once; never 0 (a step refuses

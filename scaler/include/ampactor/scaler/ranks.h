@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,9 +25,19 @@ class RankGroup {
   /// Each tensor becomes the mean of that tensor over the ranks, in its own dtype (the pipeline
   /// hands fp32 master gradients), and max_values[0..n) become their maximum over the ranks as
   /// all_max's do, in the same round of collectives (the pipeline agrees found_inf there). Same
-  /// calling rule and errors as all_max.
+  /// calling rule and errors as all_max. ampactor::dist's group sums each element in rank order,
+  /// then divides by size(), whatever the backend: the mean reduce_scatter gives.
   virtual void average(std::vector<at::Tensor>& tensors, float* max_values = nullptr,
                        int n = 0) = 0;
+  /// The sharded state's reduce-scatter. `part`: a contiguous 1-D tensor of the same length on
+  /// every rank; `bounds`: size() + 1 offsets into it, from 0 to its length, nondecreasing, the
+  /// same on every rank. Rank r's cut [bounds[r], bounds[r + 1]) of `part` becomes its mean over
+  /// the ranks: the floats average() gives there. The rest of `part` is left unspecified.
+  /// max_values as average's. Same calling rule and errors as all_max. This default averages
+  /// the whole of `part` (correct, with all of average's traffic); ampactor::dist's group sends
+  /// each rank only its cut.
+  virtual void reduce_scatter(at::Tensor& part, const std::vector<std::int64_t>& bounds,
+                              float* max_values = nullptr, int n = 0);
   /// The sharded optimizer state's weights: `mine` (a contiguous 1-D tensor of bytes, kByte,
   /// the same length on every rank) from each rank, in rank order, into `gathered` (contiguous,
   /// length size() x mine's; rank r's at [r x n, (r + 1) x n)); `mine` may be this rank's part
@@ -41,11 +52,19 @@ class RankGroup {
   virtual void require_same(const std::string& what, const std::string& text) = 0;
 };
 
+/// How a grad move reduces the moved gradients across the ranks, with the values to agree (as
+/// RankGroup::average takes them). Unset: RankGroup::average of the moved gradients; the sharded
+/// optimizer state reduce-scatters its own flat buffer instead.
+using GradReduce = std::function<void(std::vector<at::Tensor>& moved, float* max_values, int n)>;
+
 /// The values the ranks agree on for one check, as all_max takes them: found_inf, the largest
 /// gradient size, then one flag per rank (each rank sets its own), so every rank learns which
 /// ranks found inf or NaN in the same collective.
 std::vector<float> agreement_values(const RankGroup& ranks, bool local_found_inf, double grad_max);
 /// The ranks whose flag is set in agreed values.
 std::vector<std::int32_t> ranks_that_found(const std::vector<float>& agreed);
+/// reduce_scatter's arguments, checked: ScalerError(errc::protocol_misuse) naming what is wrong.
+void check_reduce_scatter(const RankGroup& ranks, const at::Tensor& part,
+                          const std::vector<std::int64_t>& bounds);
 
 }  // namespace ampactor

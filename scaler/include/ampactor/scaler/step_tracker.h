@@ -14,14 +14,13 @@
 #include <vector>
 
 #include <ampactor/core/stage.h>
+#include <ampactor/scaler/ranks.h>
 
 namespace torch::optim {
 class Optimizer;
 }
 
 namespace ampactor {
-
-class RankGroup;
 
 /// How large one optimizer's gradients were when unscaled (UnscaleDone's grad_max, dtype_max):
 /// the largest finite |gradient| as made at the scale, and the largest finite value of its dtype.
@@ -122,9 +121,11 @@ class StepTracker {
   /// the optimizer `opt` that owns the masters. Same stage rules and record as unscale_.
   /// adopt: the caller hands the model grads over. One that is fp32, contiguous, on its master's
   /// device and referenced by nothing else (no other tensor or view) is unscaled in place and
-  /// becomes the master's gradient: no copy. The others are moved as usual.
+  /// becomes the master's gradient: no copy. The others are moved as usual. reduce: how the
+  /// moved gradients are reduced across the ranks (GradReduce; unset: averaged).
   bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                         std::vector<at::Tensor>& masters, float inv_scale, bool adopt = false);
+                         std::vector<at::Tensor>& masters, float inv_scale, bool adopt = false,
+                         const GradReduce& reduce = {});
   /// The pipeline's check for a fused optimizer (ampactor::optim): reads `grads` (one per
   /// parameter of `opt`, undefined = none) once for inf/NaN, writes nothing, and records them
   /// with `weights` for the step, which unscales inside. Same stage rules as unscale_.
