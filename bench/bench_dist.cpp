@@ -3,7 +3,9 @@
 //  1. the found_inf agreement: RankGroup::all_max of the 2 floats each unscale agrees, timed
 //     call by call (median, p99), and a GradScaler loop's iteration with ranks and without them,
 //     side by side in alternating blocks;
-//  2. the data-parallel pipeline: what the trainer waits for per iteration (in step() and in
+//  2. the gradient exchanges: gloo's all-reduce beside RankGroup's average (its sums in rank
+//     order) and reduce_scatter, in turn;
+//  3. the data-parallel pipeline: what the trainer waits for per iteration (in step() and in
 //     scale()) at staleness 0 and at staleness 1 with defer + swap, beside what the gradient
 //     average itself takes on the optimizer thread.
 #include <ampactor/actors/async_optimizer.h>
@@ -144,6 +146,47 @@ nlohmann::json pipeline(const dist::World& w, int staleness, std::int64_t width,
           {"grad_average_ms", bench::median_of(avg)}};
 }
 
+/// The gradient exchanges side by side, each form in each place in turn, on 1 MiB and 16 MiB of
+/// fp32: gloo's all-reduce (SUM, then the division: the average before its sums in rank order),
+/// RankGroup::average (all-to-all, the sums in rank order, one broadcast per cut) and
+/// RankGroup::reduce_scatter (the all-to-all alone, even cuts: the sharded state's).
+nlohmann::json exchanges(const dist::World& w, int rounds) {
+  const int size = w.launch.world_size;
+  nlohmann::json out = nlohmann::json::array();
+  for (const std::int64_t n : {std::int64_t(1) << 18, std::int64_t(1) << 22}) {
+    const at::Tensor g = at::randn({n});
+    std::vector<std::int64_t> bounds;
+    for (int r = 0; r <= size; ++r)
+      bounds.push_back(n * r / size);
+    std::vector<double> us[3];
+    const int count = n > (1 << 20) ? std::max(rounds / 8, 5) : rounds;
+    for (int i = 0; i < count + 3; ++i)
+      for (int k = 0; k < 3; ++k) {
+        const int form = (i + k) % 3;  // the same on every rank
+        at::Tensor t = g.clone();
+        std::vector<at::Tensor> list{t};
+        const auto t0 = Clock::now();
+        if (form == 0) {
+          c10d::AllreduceOptions o;
+          o.reduceOp = c10d::ReduceOp::SUM;
+          w.pg->allreduce(list, o)->wait();
+          t.div_(double(size));
+        } else if (form == 1) {
+          w.ranks->average(list);
+        } else {
+          w.ranks->reduce_scatter(t, bounds);
+        }
+        if (i >= 3) us[form].push_back(bench::us_since(t0));
+      }
+    out.push_back({{"bytes", n * 4},
+                   {"rounds", count},
+                   {"allreduce_us_median", bench::median_of(us[0])},
+                   {"average_us_median", bench::median_of(us[1])},
+                   {"reduce_scatter_us_median", bench::median_of(us[2])}});
+  }
+  return out;
+}
+
 /// The machine's floor for any exchange between two processes: an 8-byte TCP round trip on
 /// loopback (median, p99 in us), between this process and a forked echo.
 std::pair<double, double> tcp_round_trip(int iters) {
@@ -184,6 +227,7 @@ int worker(int iters, std::int64_t width, int steps, const std::string& out) {
   at::set_num_threads(1);
   const dist::World w = dist::init_from_env();
   nlohmann::json j = {{"ranks", w.launch.world_size}, {"agreement", agreement(w, iters)}};
+  j["exchange"] = exchanges(w, iters / 4);
   j["pipeline"] = {pipeline(w, 0, width, steps), pipeline(w, 1, width, steps)};
   if (w.launch.rank == 0) std::ofstream(out) << j.dump(2);
   return 0;
@@ -238,6 +282,13 @@ int main(int argc, char** argv) {
                 << a["average_1mib_with_agreement_us_median"].get<double>()
                 << " us with the agreement (medians)\n"
                 << std::setprecision(3);
+      for (const auto& e : j["exchange"])
+        std::cout << std::setprecision(0) << "  " << e["bytes"].get<std::int64_t>() / 1024
+                  << " KiB of gradients (medians): gloo all-reduce "
+                  << e["allreduce_us_median"].get<double>() << " us, average (rank order) "
+                  << e["average_us_median"].get<double>() << " us, reduce_scatter "
+                  << e["reduce_scatter_us_median"].get<double>() << " us\n"
+                  << std::setprecision(3);
       for (const auto& p : j["pipeline"])
         std::cout << "  pipeline, staleness " << p["staleness"].get<int>() << " ("
                   << p["params"].get<std::int64_t>() << " params): iteration "
