@@ -124,21 +124,24 @@ class C10dRanks final : public RankGroup {
       flats.push_back(k.flat);
     }
     if (slots.defined() && !carrier) flats.push_back(slots);
-    // Each buffer reduce-scattered in even cuts, then the cuts' sums broadcast back: every phase
-    // of every buffer in flight at once.
-    std::vector<detail::RankOrderSum> sums;
-    for (const at::Tensor& f : flats)
-      sums.emplace_back(f, detail::even_bounds(f.numel(), size_), rank_, size_);
-    run("the gradient average", [&] {
-      for (auto& s : sums)
-        s.start(*pg_, options_.timeout());
-      for (auto& s : sums)
-        s.finish(options_.timeout());
-      for (auto& s : sums)
-        s.start_gather(*pg_, options_.timeout());
-      for (auto& s : sums)
-        s.wait_gather(options_.timeout());
-    });
+    if (size_ == 2) {
+      // Two ranks: every order of the sum is the one addition, so the backend's all-reduce
+      // (which sends and receives at once) gives the rank-order floats, and faster.
+      c10d::AllreduceOptions o;
+      o.reduceOp = c10d::ReduceOp::SUM;
+      o.timeout = options_.timeout();
+      run("the gradient average", [&] {
+        std::vector<c10::intrusive_ptr<c10d::Work>> works;
+        for (const at::Tensor& f : flats) {
+          std::vector<at::Tensor> list{f};
+          works.push_back(pg_->allreduce(list, o));
+        }
+        for (auto& w : works)
+          w->wait(options_.timeout());
+      });
+    } else {
+      sum_in_rank_order(flats);
+    }
     if (slots.defined())
       detail::read_maxima(carrier ? carrier->flat : slots, slots, max_values, n, size_);
     detail::unflatten_mean(buckets, tensors, size_);
@@ -239,6 +242,25 @@ class C10dRanks final : public RankGroup {
       throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) +
                                                ": this rank's step job failed, so it takes part "
                                                "in no further collective");
+  }
+
+  /// Three ranks or more: each buffer reduce-scattered in even cuts (an all-to-all, the cuts
+  /// summed in rank order), then the cuts' sums broadcast back; every phase of every buffer in
+  /// flight at once.
+  void sum_in_rank_order(const std::vector<at::Tensor>& flats) {
+    std::vector<detail::RankOrderSum> sums;
+    for (const at::Tensor& f : flats)
+      sums.emplace_back(f, detail::even_bounds(f.numel(), size_), rank_, size_);
+    run("the gradient average", [&] {
+      for (auto& s : sums)
+        s.start(*pg_, options_.timeout());
+      for (auto& s : sums)
+        s.finish(options_.timeout());
+      for (auto& s : sums)
+        s.start_gather(*pg_, options_.timeout());
+      for (auto& s : sums)
+        s.wait_gather(options_.timeout());
+    });
   }
 
   /// all_gather on the CPU as one broadcast per rank, each into its part of `gathered` in place:
