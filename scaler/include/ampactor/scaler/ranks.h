@@ -26,7 +26,8 @@ class RankGroup {
   /// hands fp32 master gradients), and max_values[0..n) become their maximum over the ranks as
   /// all_max's do, in the same round of collectives (the pipeline agrees found_inf there). Same
   /// calling rule and errors as all_max. ampactor::dist's group sums each element in rank order,
-  /// then divides by size(), whatever the backend: the mean reduce_scatter gives.
+  /// then divides by size(), whatever the backend: the mean reduce_scatter gives (with two
+  /// ranks every order is the one addition, and the backend's all-reduce makes it).
   virtual void average(std::vector<at::Tensor>& tensors, float* max_values = nullptr,
                        int n = 0) = 0;
   /// The sharded state's reduce-scatter. `part`: a contiguous 1-D tensor of the same length on
