@@ -155,7 +155,18 @@ class C10dRanks final : public RankGroup {
     // The maxima in a sum of their own, in flight beside the all-to-all: every rank needs them,
     // and a rank receives only its cut.
     at::Tensor slots = detail::max_slots(max_values, n, rank_, size_, part.is_cuda());
-    detail::RankOrderSum sum(part, bounds, rank_, size_);
+    // In chunks of at most bucket_bytes, two in flight: the buffers that receive the cuts stay
+    // within two buckets however large the part.
+    const std::int64_t step =
+        std::max<std::int64_t>(1, options_.bucket_bytes() / std::int64_t(part.element_size()));
+    std::vector<detail::RankOrderSum> sums;
+    for (std::int64_t lo = 0; lo < part.numel(); lo += step) {
+      const std::int64_t hi = std::min(part.numel(), lo + step);
+      std::vector<std::int64_t> cuts;
+      for (std::int64_t b : bounds)
+        cuts.push_back(std::clamp(b, lo, hi) - lo);
+      sums.emplace_back(part.narrow(0, lo, hi - lo), std::move(cuts), rank_, size_);
+    }
     run("the gradient reduce-scatter", [&] {
       c10::intrusive_ptr<c10d::Work> slots_work;
       if (slots.defined()) {
@@ -165,8 +176,11 @@ class C10dRanks final : public RankGroup {
         std::vector<at::Tensor> list{slots};
         slots_work = pg_->allreduce(list, o);
       }
-      if (part.numel() > 0) sum.start(*pg_, options_.timeout());
-      if (part.numel() > 0) sum.finish(options_.timeout());
+      for (std::size_t k = 0; k < sums.size(); ++k) {
+        sums[k].start(*pg_, options_.timeout());
+        if (k > 0) sums[k - 1].finish(options_.timeout());
+      }
+      if (!sums.empty()) sums.back().finish(options_.timeout());
       if (slots_work) slots_work->wait(options_.timeout());
     });
     const std::size_t r = std::size_t(rank_);

@@ -96,10 +96,16 @@ TEST_CASE("data parallel equals one process over the concatenated batch, bit for
 
 TEST_CASE(
     "average and reduce_scatter on 2, 3 and 4 ranks: the mean summed in rank order, uneven and "
-    "empty cuts, the maxima agreed, bad bounds refused") {
-  for (int n : {2, 3, 4}) {
+    "empty cuts, the maxima agreed, bad bounds refused, also in buckets and chunks of 400 bytes") {
+  // The last run: 400-byte buckets, so that average makes several and reduce_scatter cuts its
+  // part into chunks that cross the ranks' cuts.
+  const std::vector<std::pair<int, std::string>> runs = {{2, ""}, {3, ""}, {4, ""}, {4, "400"}};
+  for (const auto& [n, bucket] : runs) {
     CAPTURE(n);
-    const Run r = launch("collectives", n, {"--path", "collectives"});
+    CAPTURE(bucket);
+    std::vector<std::string> args = {"--path", "collectives"};
+    if (!bucket.empty()) args.insert(args.end(), {"--dist-bucket-bytes", bucket});
+    const Run r = launch("collectives", n, args);
     REQUIRE_MESSAGE(r.code == 0, r.log);
     for (int rank = 0; rank < n; ++rank) {
       CAPTURE(rank);
@@ -263,7 +269,7 @@ TEST_CASE(
   };
   const std::vector<Setup> setups = {
       {2, {"--staleness", "0", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:5"}},
-      {4, {"--staleness", "1", "--inf-at", "2:4"}},
+      {4, {"--staleness", "1", "--inf-at", "2:4", "--dist-bucket-bytes", "1000"}},  // chunks
       {2, {"--staleness", "1", "--adam", "--clip", "0.5", "--inf-at", "0:7"}},
       {2, {"--staleness", "1", "--defer-move", "--fused", "--adam", "--inf-at", "1:3"}},
       {2, {"--staleness", "1", "--swap", "--fused", "--adam", "--clip", "0.5", "--inf-at", "1:6"}},

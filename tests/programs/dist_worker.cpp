@@ -57,6 +57,7 @@ struct Settings {
   std::int64_t bucket_bytes = 256;  // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
   int timeout_ms = 20000;
+  std::int64_t dist_bucket_bytes = 0;  // DistOptions::bucket_bytes (0: its default)
   // Rank 1's own settings (0 or empty: the others').
   int odd_interval = 0;
   double odd_init_scale = 0, odd_growth = 0;
@@ -105,6 +106,7 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--stop-at", stop_at,
                  "RANK:ITER: that rank SIGSTOPs itself there (until SIGCONT)");
   app.add_option("--timeout-ms", s.timeout_ms);
+  app.add_option("--dist-bucket-bytes", s.dist_bucket_bytes, "DistOptions::bucket_bytes");
   app.add_option("--trace", s.trace, "record the keeper's trace to TRACE.rank<R>.jsonl");
   app.add_option("--out", s.out);
 }
@@ -388,8 +390,9 @@ int main(int argc, char** argv) {
   ampactor::dist::World w;
   try {
     if (s.single == 0) {
-      w = ampactor::dist::init_from_env(
-          ampactor::dist::DistOptions().timeout(std::chrono::milliseconds(s.timeout_ms)));
+      auto options = ampactor::dist::DistOptions().timeout(std::chrono::milliseconds(s.timeout_ms));
+      if (s.dist_bucket_bytes > 0) options.bucket_bytes(s.dist_bucket_bytes);
+      w = ampactor::dist::init_from_env(options);
       rank = w.launch.rank, world = w.launch.world_size, ranks = w.ranks;
     }
     run(s, rank, s.single > 0 ? s.single : world, ranks);

@@ -30,8 +30,10 @@ class DistOptions {
   /// How long a collective, the store or the start-up may wait for the other ranks before the
   /// rank fails with errc::rank_failed (default 60 s).
   AMPACTOR_ARG(std::chrono::milliseconds, timeout, std::chrono::seconds(60));
-  /// The gradient average's buckets: tensors of one dtype and device are all-reduced as flat
+  /// The gradient average's buckets: tensors of one dtype and device are averaged as flat
   /// buffers of at most this many bytes each (default 25 MiB, as DDP's), all in flight at once.
+  /// A reduce-scatter (the sharded state's) runs in chunks of this size, two in flight. Every
+  /// rank must set the same.
   AMPACTOR_ARG(std::int64_t, bucket_bytes, std::int64_t(25) << 20);
   /// How often each rank ticks its heartbeat in the store; a rank whose heartbeat stopped for ten
   /// periods is named when a collective fails: gone (its process exited), hung (its process is
