@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ampactor {
@@ -51,6 +53,33 @@ class RankGroup {
   /// for the same `what` (e.g. a scaler's options): the first difference is named with both
   /// ranks' values. Waits for every rank (within the timeout).
   virtual void require_same(const std::string& what, const std::string& text) = 0;
+};
+
+/// A RankGroup that passes every call on to another: derive from it to watch some of them (a
+/// bench times the collectives, a test counts them) and call the base to pass them on.
+class ForwardingRanks : public RankGroup {
+ public:
+  explicit ForwardingRanks(std::shared_ptr<RankGroup> inner) : in_(std::move(inner)) {}
+  int rank() const override { return in_->rank(); }
+  int size() const override { return in_->size(); }
+  void all_max(float* values, int n) override { in_->all_max(values, n); }
+  void average(std::vector<at::Tensor>& tensors, float* max_values = nullptr, int n = 0) override {
+    in_->average(tensors, max_values, n);
+  }
+  void reduce_scatter(at::Tensor& part, const std::vector<std::int64_t>& bounds,
+                      float* max_values = nullptr, int n = 0) override {
+    in_->reduce_scatter(part, bounds, max_values, n);
+  }
+  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
+    in_->all_gather(mine, gathered);
+  }
+  void fail(const std::string& why) noexcept override { in_->fail(why); }
+  void require_same(const std::string& what, const std::string& text) override {
+    in_->require_same(what, text);
+  }
+
+ private:
+  std::shared_ptr<RankGroup> in_;
 };
 
 /// How a grad move reduces the moved gradients across the ranks, with the values to agree (as
