@@ -100,7 +100,9 @@ TEST_CASE(
   // The last run: 400-byte buckets, so that average makes several and reduce_scatter cuts its
   // part into chunks that cross the ranks' cuts.
   const std::vector<std::pair<int, std::string>> runs = {{2, ""}, {3, ""}, {4, ""}, {4, "400"}};
-  for (const auto& [n, bucket] : runs) {
+  for (const auto& run : runs) {
+    const int n = run.first;
+    const std::string& bucket = run.second;
     CAPTURE(n);
     CAPTURE(bucket);
     std::vector<std::string> args = {"--path", "collectives"};
