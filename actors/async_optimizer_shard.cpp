@@ -75,8 +75,8 @@ at::Tensor ShardedState::grad_view(std::size_t i) const {
 void ShardedState::prepare_grads() {
   for (std::size_t i = 0; i < holders_.size(); ++i) {
     at::Tensor h = holders_[i];
-    if (!h.grad().defined() || h.grad().data_ptr() != grad_view(i).data_ptr())
-      h.mutable_grad() = grad_view(i);
+    const float* at = grads_.data_ptr<float>() + layout_.start(i);
+    if (!h.grad().defined() || h.grad().data_ptr() != at) h.mutable_grad() = grad_view(i);
   }
 }
 
@@ -131,29 +131,29 @@ void ShardedState::attach_grads() {
 
 double ShardedState::clip(double max_norm) {
   // Each rank's pieces' squares, in a slot of the largest piece count per rank, NaN for none.
+  const std::int64_t w = layout_.world();
+  std::vector<std::vector<ShardPiece>> pieces;
   std::size_t most = 0;
-  for (int r = 0; r < layout_.world(); ++r)
-    most = std::max(most, layout_.pieces(r).size());
-  const std::int64_t w = layout_.world(), p = std::int64_t(most);
+  for (int r = 0; r < w; ++r)
+    most = std::max(most, pieces.emplace_back(layout_.pieces(r)).size());
+  const std::int64_t p = std::int64_t(most);
   at::Tensor all = at::full({w * p}, std::numeric_limits<double>::quiet_NaN(), at::kDouble);
-  at::Tensor own = all.narrow(0, rank() * p, p);
+  double* v = all.data_ptr<double>();
   for (std::size_t j = 0; j < mine_.size(); ++j)
-    if (const at::Tensor g = grad_piece(j); g.defined()) own[std::int64_t(j)] = squared_norm(g);
+    if (const at::Tensor g = grad_piece(j); g.defined())
+      v[rank() * p + std::int64_t(j)] = squared_norm(g);
   if (w > 1 && p > 0) {
     at::Tensor bytes = all.view(at::kByte);
-    ranks_->all_gather(own.view(at::kByte), bytes);
+    ranks_->all_gather(all.narrow(0, rank() * p, p).view(at::kByte), bytes);
   }
   // Each parameter's square: its pieces' summed in flat (rank) order, as piece_square sums them.
   std::vector<double> per(holders_.size(), std::numeric_limits<double>::quiet_NaN());
-  const double* v = all.data_ptr<double>();
-  for (int r = 0; r < layout_.world(); ++r) {
-    const std::vector<ShardPiece> pieces = layout_.pieces(r);
-    for (std::size_t j = 0; j < pieces.size(); ++j) {
+  for (std::int64_t r = 0; r < w; ++r)
+    for (std::size_t j = 0; j < pieces[std::size_t(r)].size(); ++j) {
       const double s = v[r * p + std::int64_t(j)];
-      double& into = per[pieces[j].param];
+      double& into = per[pieces[std::size_t(r)][j].param];
       if (!std::isnan(s)) into = std::isnan(into) ? s : into + s;
     }
-  }
   std::vector<double> squares;
   for (double s : per)
     if (!std::isnan(s)) squares.push_back(s);

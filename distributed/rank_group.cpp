@@ -277,22 +277,17 @@ class C10dRanks final : public RankGroup {
     });
   }
 
-  /// all_gather on the CPU as one broadcast per rank, each into its part of `gathered` in place:
-  /// gloo's all-gather would gather into a buffer of its own (the whole size, each call) and copy.
+  /// all_gather on the CPU as one broadcast per rank, each into its part of `gathered` in place
+  /// (broadcast_cuts).
   void gather_in_place(const at::Tensor& mine, at::Tensor& gathered) {
     const std::int64_t n = mine.numel();
     at::Tensor own = gathered.narrow(0, rank_ * n, n);
     if (own.data_ptr() != mine.data_ptr()) own.copy_(mine);
-    c10d::BroadcastOptions o;
-    o.timeout = options_.timeout();
+    std::vector<std::int64_t> bounds;
+    for (int r = 0; r <= size_; ++r)
+      bounds.push_back(r * n);
     run("the sharded weights' all-gather", [&] {
-      std::vector<c10::intrusive_ptr<c10d::Work>> works;
-      for (int r = 0; r < size_; ++r) {  // all in flight at once, in the same order on every rank
-        std::vector<at::Tensor> part{gathered.narrow(0, r * n, n)};
-        o.rootRank = r;
-        works.push_back(pg_->broadcast(part, o));
-      }
-      for (auto& w : works)
+      for (auto& w : detail::broadcast_cuts(*pg_, gathered, bounds, options_.timeout()))
         w->wait(options_.timeout());
     });
   }

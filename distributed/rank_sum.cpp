@@ -47,15 +47,24 @@ void RankOrderSum::finish(std::chrono::milliseconds timeout) {
   received_ = at::Tensor();
 }
 
-void RankOrderSum::start_gather(c10d::ProcessGroup& pg, std::chrono::milliseconds timeout) {
+std::vector<c10::intrusive_ptr<c10d::Work>> broadcast_cuts(c10d::ProcessGroup& pg,
+                                                           const at::Tensor& part,
+                                                           const std::vector<std::int64_t>& bounds,
+                                                           std::chrono::milliseconds timeout) {
   c10d::BroadcastOptions o;
   o.timeout = timeout;
-  for (int r = 0; r < size_; ++r) {  // all in flight at once, in the same order on every rank
-    if (cut(r) == 0) continue;
-    std::vector<at::Tensor> piece{part_.narrow(0, bounds_[std::size_t(r)], cut(r))};
-    o.rootRank = r;
-    gathers_.push_back(pg.broadcast(piece, o));
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
+    if (bounds[r + 1] == bounds[r]) continue;
+    std::vector<at::Tensor> piece{part.narrow(0, bounds[r], bounds[r + 1] - bounds[r])};
+    o.rootRank = int(r);
+    works.push_back(pg.broadcast(piece, o));
   }
+  return works;
+}
+
+void RankOrderSum::start_gather(c10d::ProcessGroup& pg, std::chrono::milliseconds timeout) {
+  gathers_ = broadcast_cuts(pg, part_, bounds_, timeout);
 }
 
 void RankOrderSum::wait_gather(std::chrono::milliseconds timeout) {

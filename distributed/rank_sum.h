@@ -16,6 +16,14 @@ namespace ampactor::dist::detail {
 /// n elements cut evenly into `size` parts, the first ones one longer: size + 1 offsets.
 std::vector<std::int64_t> even_bounds(std::int64_t n, int size);
 
+/// Starts one broadcast per non-empty cut [bounds[r], bounds[r + 1]) of `part`, from rank r into
+/// every rank's `part`, all in flight at once, in the same order on every rank: an all-gather in
+/// place (gloo's own gathers into a buffer of its own, the whole size each call, and copies).
+std::vector<c10::intrusive_ptr<c10d::Work>> broadcast_cuts(c10d::ProcessGroup& pg,
+                                                           const at::Tensor& part,
+                                                           const std::vector<std::int64_t>& bounds,
+                                                           std::chrono::milliseconds timeout);
+
 /// One buffer's reduce-scatter, then (for average) its all-gather: start, finish, and
 /// optionally start_gather and wait_gather, each in the same order on every rank.
 class RankOrderSum {
