@@ -1,0 +1,1 @@
+// The precompiled header's own translation unit (ampactor_lib_pch): empty.
