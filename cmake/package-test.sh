@@ -75,7 +75,9 @@ CMAKE
 fi
 if [ "$mode" = subproject ]; then
   echo "== add_subdirectory(ampactor)"
-  cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" \
+  # Without the precompiled headers: every other build has them, and they would hide a file's
+  # missing include (or a library's include of what it does not link), which clang builds hit.
+  cmake -S "$src/examples" -B "$work/sub" -DAMPACTOR_SOURCE_DIR="$src" -DAMPACTOR_PCH=OFF \
     -DCMAKE_PREFIX_PATH="$prefix_path" >"$work/sub-configure.log" 2>&1
   # A subproject builds no tests, benches, demo or tools, and leaves the build type alone, saying
   # that none means no optimisation.
