@@ -7,6 +7,8 @@ DEB_PACKAGES := cmake g++ make libcaf-dev libtorch-dev doctest-dev nlohmann-json
 # The demo's extras: a plot, and an optimised BLAS (Debian's LibTorch otherwise runs its matmuls on
 # the reference BLAS, about 15x slower here).
 DEMO_PACKAGES := gnuplot-nox libopenblas0-openmp
+# test-slow's launchers: Open MPI's mpirun and a one-node Slurm (tests/hosts).
+SLOW_PACKAGES := openmpi-bin slurmctld slurmd slurm-client munge
 # The sanitizer gate's compiler: clang with its sanitizer and libFuzzer runtimes.
 ASAN_PACKAGES := clang libclang-rt-14-dev
 
@@ -31,6 +33,7 @@ test: build
 
 # The benchmarks build here too (they are not part of `all`), so CI still compiles them.
 test-slow: build
+	@./cmake/install-deps.sh $(SLOW_PACKAGES)
 	cmake --build $(BUILD) -j $(JOBS) --target ampactor-benches
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow --output-junit ctest-slow-junit.xml
 	@sh cmake/ctest-summary.sh $(BUILD)/ctest-slow-junit.xml

@@ -1,63 +1,153 @@
-// torchrun's conventions: the environment, a TCPStore hosted by rank 0, a ProcessGroupGloo.
+// The launcher's run: the store (rank 0's, or torchrun's agent's), gloo's device, a
+// ProcessGroupGloo, and the Watch that names the ranks who fail.
 #include <ampactor/core/errors.h>
 #include <ampactor/distributed/dist.h>
 
 #include "watch.h"
 
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <cerrno>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
-#include <limits>
+#include <cstring>
+#include <iostream>
 
 namespace ampactor::dist {
 namespace {
 
-/// An integer environment variable in [lo, hi]; `fallback` when unset (nullptr: required).
-int env_int(const char* name, int lo, int hi, const int* fallback) {
+const char* env(const char* name) {
   const char* v = std::getenv(name);
-  if (!v || !*v) {
-    if (fallback) return *fallback;
-    throw ScalerError(errc::bad_option, std::string("ampactor::dist: ") + name +
-                                            " is not set (launch with ampactor-launch or "
-                                            "torchrun, or set RANK and WORLD_SIZE)");
+  return v && *v ? v : nullptr;
+}
+
+bool loopback(const sockaddr* a) {
+  if (a->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  if (a->sa_family == AF_INET6) {
+    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(a);
+    return IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr) ||
+           (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr) && a6->sin6_addr.s6_addr[12] == 127);
   }
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v, &end, 10);
-  if (errno || *end || x < lo || x > hi)
-    throw ScalerError(errc::bad_option, std::string("ampactor::dist: ") + name + "=" + v +
-                                            " is not an integer in [" + std::to_string(lo) + ", " +
-                                            std::to_string(hi) + "]");
-  return int(x);
+  return false;
 }
 
-bool loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+std::string numeric(const sockaddr* a, socklen_t len) {
+  char host[NI_MAXHOST] = {};
+  if (::getnameinfo(a, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return {};
+  return host;
 }
 
-}  // namespace
-
-Launch launch_from_env() {
-  Launch l;
-  const int max = std::numeric_limits<int>::max();
-  l.world_size = env_int("WORLD_SIZE", 1, 1 << 20, nullptr);
-  l.rank = env_int("RANK", 0, l.world_size - 1, nullptr);
-  l.local_rank = env_int("LOCAL_RANK", 0, max, &l.rank);
-  const int default_port = l.master_port;
-  l.master_port = env_int("MASTER_PORT", 1, 65535, &default_port);
-  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) l.master_addr = a;
-  return l;
+/// The first address `host` resolves to (empty if none) and whether every one is loopback.
+std::string resolve(const std::string& host, bool* all_loopback) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  *all_loopback = false;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || !res) return {};
+  std::string first = numeric(res->ai_addr, res->ai_addrlen);
+  bool all = true;
+  for (const addrinfo* r = res; r; r = r->ai_next)
+    all = all && loopback(r->ai_addr);
+  ::freeaddrinfo(res);
+  *all_loopback = all;
+  return first;
 }
 
-World init_from_env(const DistOptions& options) {
-  return init(launch_from_env(), options);
+/// The local address the kernel would send from to reach `host` (a UDP connect sends nothing).
+std::string route_to(const std::string& host) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_DGRAM;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return {};
+  std::string out;
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_storage me{};
+    socklen_t len = sizeof me;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+        !loopback(reinterpret_cast<sockaddr*>(&me)))
+      out = numeric(reinterpret_cast<sockaddr*>(&me), len);
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
 }
 
-World init(const Launch& launch, const DistOptions& options) {
+/// Whether the interface `name` has an address and all of its addresses are loopback.
+bool interface_is_loopback(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return false;
+  bool any = false, all = true;
+  for (const ifaddrs* i = list; i; i = i->ifa_next)
+    if (i->ifa_addr && name == i->ifa_name &&
+        (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6))
+      any = true, all = all && loopback(i->ifa_addr);
+  ::freeifaddrs(list);
+  return any && all;
+}
+
+std::string this_host() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
+}
+
+/// gloo's device, chosen as dist.h says. `refused` is set instead where the device would tell
+/// the other hosts' ranks to reach this one on loopback.
+std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::string& refused) {
+  const std::string me = "rank " + std::to_string(l.rank) + ": ";
+  bool master_local = false;
+  const std::string master_ip = resolve(l.master_addr, &master_local);
+  master_local = master_local || l.master_addr == "localhost";
+  const std::string fix = "set GLOO_SOCKET_IFNAME to the interface that reaches " + l.master_addr +
+                          " (`ip route get " + (master_ip.empty() ? l.master_addr : master_ip) +
+                          "` names it)";
+  if (const char* ifname = env("GLOO_SOCKET_IFNAME")) {
+    if (!master_local && interface_is_loopback(ifname)) {
+      refused = me + "GLOO_SOCKET_IFNAME=" + ifname +
+                " is a loopback interface, while MASTER_ADDR " + l.master_addr +
+                " is not a loopback address: ranks on other hosts could not reach this one; " + fix;
+      return nullptr;
+    }
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (master_local) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  const std::string host = this_host();
+  bool host_local = false;
+  const std::string host_ip = resolve(host, &host_local);
+  if (!host_ip.empty() && !host_local) return c10d::ProcessGroupGloo::createDefaultDevice();
+  // Debian's /etc/hosts names the host 127.0.1.1: the address that reaches the master instead.
+  const std::string via = route_to(l.master_addr);
+  if (via.empty()) {
+    refused = me + "this host's name '" + host + "' resolves to " +
+              (host_ip.empty() ? "no address" : host_ip + ", a loopback address") +
+              " (as Debian's /etc/hosts sets it), and no route reaches MASTER_ADDR " +
+              l.master_addr + "; gloo would tell the ranks on other hosts to reach this one " +
+              "there: " + fix;
+    return nullptr;
+  }
+  if (l.local_rank == 0)
+    std::cerr << "ampactor::dist: " << me << "this host's name '" << host << "' resolves to "
+              << (host_ip.empty() ? "no address" : host_ip + " (loopback)") << ", so gloo uses "
+              << via << ", the address that reaches MASTER_ADDR " << l.master_addr
+              << " (GLOO_SOCKET_IFNAME chooses another)" << std::endl;
+  return c10d::ProcessGroupGloo::createDeviceForHostname(via);
+}
+
+/// Whether this rank is a client of torchrun's agent's store (dist.h).
+bool agent_client() {
+  if (const char* v = env("AMPACTOR_AGENT_STORE")) return std::string(v) != "0";
+  return TORCH_VERSION_MAJOR >= 2;
+}
+
+World init_unreported(const Launch& launch, const DistOptions& options) {
   const auto deadline = std::chrono::steady_clock::now() + options.timeout();
   if (launch.world_size < 1 || launch.rank < 0 || launch.rank >= launch.world_size)
     throw ScalerError(errc::bad_option, "ampactor::dist::init: rank " +
@@ -65,32 +155,55 @@ World init(const Launch& launch, const DistOptions& options) {
                                             std::to_string(launch.world_size) + " ranks");
   World w;
   w.launch = launch;
-  const std::string where = launch.master_addr + ":" + std::to_string(launch.master_port);
   const std::string me = "rank " + std::to_string(launch.rank) + ": ";
+  int port = launch.master_port;
+  const bool client = launch.agent_store && agent_client();
+  if (launch.agent_store && !client) {
+    // This LibTorch cannot talk to torchrun's store (LibTorch 1.x beside a 2.x torchrun):
+    // ampactor's own, beside it, chosen without a try.
+    const char* p = env("AMPACTOR_STORE_PORT");
+    port = p                            ? std::atoi(p)
+           : launch.master_port < 65535 ? launch.master_port + 1
+                                        : launch.master_port - 1;
+    if (port < 1 || port > 65535)
+      throw ScalerError(errc::bad_option, std::string("ampactor::dist: AMPACTOR_STORE_PORT=") + p +
+                                              " is not a port in [1, 65535]");
+    if (launch.rank == 0)
+      std::cerr << "ampactor::dist: torchrun's agent hosts the store at " << launch.master_addr
+                << ":" << launch.master_port << ", whose protocol this LibTorch (" << TORCH_VERSION
+                << ") does not speak; rank 0 hosts ampactor's own at " << launch.master_addr << ":"
+                << port << " (AMPACTOR_STORE_PORT names another)" << std::endl;
+  }
+  const std::string where = launch.master_addr + ":" + std::to_string(port);
+  const std::string host = client ? "torchrun's agent" : "rank 0";
+  c10::intrusive_ptr<c10d::Store> tcp;
   try {
     c10d::TCPStoreOptions so;
-    so.port = std::uint16_t(launch.master_port);
-    so.isServer = launch.rank == 0;
+    so.port = std::uint16_t(port);
+    so.isServer = !client && launch.rank == 0;
     // The ranks join through the Watch instead, which can name the ones that did not.
     so.waitWorkers = false;
     so.timeout = options.timeout();
-    w.store = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
+    tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
   } catch (const std::exception& e) {
-    throw ScalerError(
-        errc::rank_failed,
-        me + "the store at " + where + " cannot be reached (rank 0 hosts it): " + detail::brief(e));
+    throw ScalerError(errc::rank_failed, me + "the store at " + where + " cannot be reached (" +
+                                             host + " hosts it): " + detail::brief(e));
   }
+  // A restart under torchrun must never meet the last attempt's keys (gloo's addresses among
+  // them) in a store that outlived it.
+  w.store = tcp;
+  if (launch.launcher == "torchrun")
+    w.store = c10::make_intrusive<c10d::PrefixStore>(
+        "attempt/" + launch.run_id + "/" + std::to_string(launch.restart), tcp);
   // Beating from here: a rank that dies while the group forms is named like one that dies later.
   auto watch = std::make_unique<detail::Watch>(w.store, launch.rank, launch.world_size, options);
-  watch->join(deadline);
+  watch->hosted_by(where, !client);
+  std::string refused;
+  auto device = device_for(launch, refused);
+  watch->join(deadline, refused);
   try {
     auto go = c10d::ProcessGroupGloo::Options::create(options.timeout());
-    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname)
-      go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    else if (loopback(launch.master_addr))
-      go->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    else
-      go->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    go->devices.push_back(device);
     auto gloo =
         c10::make_intrusive<c10d::ProcessGroupGloo>(w.store, launch.rank, launch.world_size, go);
 #if TORCH_VERSION_MAJOR >= 2
@@ -111,6 +224,41 @@ World init(const Launch& launch, const DistOptions& options) {
   w.ranks = detail::over_watched(w.pg, w.store, launch.rank, launch.world_size, options,
                                  std::move(watch));
   return w;
+}
+
+/// torchrun sets OMP_NUM_THREADS=1 for several workers a node unless the user set it: said once.
+void say_threads(const Launch& l) {
+  const char* omp = env("OMP_NUM_THREADS");
+  if (l.launcher != "torchrun" || l.rank != 0 || l.local_world_size < 2 || !omp ||
+      std::string(omp) != "1")
+    return;
+  std::cerr << "ampactor::dist: OMP_NUM_THREADS=1 (torchrun's default for " << l.local_world_size
+            << " workers a node): LibTorch's ops, the optimizer thread and the fused steps run "
+               "on one thread each, unless OMP_NUM_THREADS, "
+               "AsyncOptimizerOptions::optimizer_threads or FusedOptions::threads say more"
+            << std::endl;
+}
+
+}  // namespace
+
+World init_from_env(const DistOptions& options) {
+  try {
+    const Launch l = launch_from_env();
+    say_threads(l);
+    return init(l, options);
+  } catch (const std::exception& e) {
+    report_failure(e.what());
+    throw;
+  }
+}
+
+World init(const Launch& launch, const DistOptions& options) {
+  try {
+    return init_unreported(launch, options);
+  } catch (const std::exception& e) {
+    report_failure(e.what());
+    throw;
+  }
 }
 
 }  // namespace ampactor::dist

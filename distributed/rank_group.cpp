@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -214,8 +215,21 @@ class C10dRanks final : public RankGroup {
 
   void fail(const std::string& why) noexcept override {
     failed_ = true;
+    report_failure("rank " + std::to_string(rank_) + " failed: " + why);
     try {
       store_->set(key("failed", rank_), bytes_of(why));
+      // The first rank to fail is named by every survivor, even once the store is gone.
+      if (store_->add("ampactor/first_failure_count", 1) == 1) {
+        store_->set(detail::kFirstFailure,
+                    bytes_of("rank " + std::to_string(rank_) + " failed: " + why));
+        // Until every other rank's heartbeat has read it (ten periods at most): a rank that
+        // aborts on hearing of it takes the store (rank 0's) with it.
+        const auto hb = options_.heartbeat();
+        const auto end = std::chrono::steady_clock::now() + hb * 10;
+        while (store_->add(detail::kFirstFailureSeen, 0) < size_ - 1 &&
+               std::chrono::steady_clock::now() < end)
+          std::this_thread::sleep_for(hb / 4);
+      }
       // TCPStore's set does not wait for the store; a check on the same connection is answered
       // after it, so the reason is in place before this rank stops taking part.
       store_->check({key("failed", rank_)});
@@ -297,8 +311,10 @@ class C10dRanks final : public RankGroup {
     try {
       f();
     } catch (const std::exception& e) {
-      throw ScalerError(errc::rank_failed, "rank " + std::to_string(rank_) + ": " + what +
-                                               " failed: " + watch_->diagnose(detail::brief(e)));
+      const std::string why = "rank " + std::to_string(rank_) + ": " + what +
+                              " failed: " + watch_->diagnose(detail::brief(e));
+      report_failure(why);
+      throw ScalerError(errc::rank_failed, why);
     }
   }
 

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <sstream>
 
 namespace ampactor::dist::detail {
 namespace {
@@ -31,6 +32,9 @@ std::string ranks_text(const std::vector<int>& rs) {
 }
 
 const char* const kJoined = "ampactor/joined";
+const char* const kWorld = "ampactor/world";
+const char* const kRefused = "ampactor/refused";
+const char* const kRefusedSeen = "ampactor/refused_seen";
 
 }  // namespace
 
@@ -64,17 +68,80 @@ Watch::~Watch() {
     beating_.detach();
 }
 
-void Watch::join(clock::time_point deadline) {
+void Watch::hosted_by(std::string where, bool rank0) {
+  where_ = std::move(where);
+  rank0_hosts_ = rank0;
+}
+
+std::string Watch::store_host() const {
+  return rank0_hosts_ ? "rank 0, which hosts it," : "torchrun's agent, which hosts it,";
+}
+
+void Watch::refuse_all(const std::string& why) {
+  // The first reason stays: every rank then reads the one that started it.
+  store_->compareSet(kRefused, {}, bytes_of(why));
+  refused(why);
+}
+
+void Watch::refused(const std::string& why) {
+  store_->add(kRefusedSeen, 1);
+  // Rank 0 hosts the store: it stays until as many processes as the run has ranks have read why
+  // (a rank still to come finds the reason, not a store gone), at most the timeout.
+  if (rank_ == 0 && rank0_hosts_) {
+    const auto deadline = clock::now() + options_.timeout();
+    while (store_->add(kRefusedSeen, 0) < size_ && clock::now() < deadline)
+      std::this_thread::sleep_for(options_.heartbeat());
+  }
+  throw ScalerError(errc::rank_failed, why);
+}
+
+void Watch::join(clock::time_point deadline, const std::string& own_refusal) {
   const std::string me = "rank " + std::to_string(rank_) + ": ";
   const std::string at = "the store" + (where_.empty() ? "" : " at " + where_);
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r)
     keys.push_back(key("joined", r));
   try {
-    store_->set(keys[std::size_t(rank_)], bytes_of(Place::here().text()));
+    const Place here = Place::here();
+    const std::string host = here.host_name.empty() ? "-" : here.host_name;
+    // The first rank's world size is the run's: one launched with another is refused at once.
+    const std::string mine = std::to_string(size_) + " " + std::to_string(rank_) + " " + host;
+    std::istringstream first(string_of(store_->compareSet(kWorld, {}, bytes_of(mine))));
+    int world = size_, by = rank_;
+    std::string by_host;
+    first >> world >> by >> by_host;
+    if (world != size_)
+      refuse_all(me + "WORLD_SIZE=" + std::to_string(size_) + " here (on " + host + "), but rank " +
+                 std::to_string(by) + " (on " + by_host +
+                 ") has WORLD_SIZE=" + std::to_string(world) +
+                 ": every rank must be started with one world size (ampactor-launch: the same "
+                 "--nnodes and --nproc on every node)");
+    if (!own_refusal.empty()) refuse_all(own_refusal);
+    // One process a rank: a second claim of it is refused at once, naming the first.
+    const std::int64_t claim = store_->add(key("claim", rank_), 1);
+    const std::string place_key = key("claimed", rank_) + "/" + std::to_string(claim);
+    store_->set(place_key, bytes_of(here.text()));
+    if (claim > 1) {
+      const std::string first_key = key("claimed", rank_) + "/1";
+      std::string other = "another process";
+      try {
+        store_->wait({first_key}, std::chrono::seconds(1));
+        const Place p = Place::parse(string_of(store_->get(first_key)));
+        other = "process " + std::to_string(p.pid) + " on " +
+                (p.host_name.empty() ? std::string("another host") : p.host_name);
+      } catch (const std::exception&) {
+      }
+      left_ = true;  // the rank is the first claimer's: this one never says it left
+      refuse_all("rank " + std::to_string(rank_) + " joined twice: " + other + " and process " +
+                 std::to_string(here.pid) + " on " + host +
+                 " (two launches given the same ranks: each node needs its own --node-rank)");
+    }
+    store_->set(keys[std::size_t(rank_)], bytes_of(here.text()));
     // A count to poll (one key, however many ranks), the keys to name who is missing.
     store_->add(kJoined, 1);
     while (!(store_->add(kJoined, 0) >= size_ && store_->check(keys))) {
+      if (store_->check({kRefused}))
+        refused(me + "the run was refused: " + string_of(store_->get(kRefused)));
       const auto now = clock::now();
       if (now >= deadline) {
         std::vector<int> in, out;
@@ -94,7 +161,7 @@ void Watch::join(clock::time_point deadline) {
     throw;
   } catch (const std::exception& e) {
     throw ScalerError(errc::rank_failed, me + at + " failed while the ranks joined (" + brief(e) +
-                                             "): rank 0, which hosts it, is gone or unreachable");
+                                             "): " + store_host() + " is gone or unreachable");
   }
 }
 
@@ -104,8 +171,12 @@ std::string Watch::diagnose(const std::string& error) {
     const std::string st = stall();
     return (st.empty() ? s : st + "; " + s) + said;
   };
+  const std::string first = first_failure();
+  const auto with_first = [&](const std::string& s) {
+    return first.empty() ? s : first + "; " + s;
+  };
   // A call to a stopped store waits the whole timeout, and one that is gone has nothing to say.
-  if (auto s = store_host_down(); !s.empty()) return with_stall(s);
+  if (auto s = store_host_down(); !s.empty()) return with_stall(with_first(s));
   try {
     // Alive and aware: no other rank's diagnosis may take this one for the culprit.
     store_->set(key("survivor", rank_), bytes_of("1"));
@@ -124,12 +195,13 @@ std::string Watch::diagnose(const std::string& error) {
     if (auto s = recorded(); !s.empty()) return with_stall(s);
     return with_stall("no rank is known to have failed (a rank may be stuck or on another call)");
   } catch (const std::exception& e) {
-    const auto s = state_of(0);
-    return with_stall("the store" + (where_.empty() ? "" : " at " + where_) +
-                      " cannot be reached (" + brief(e) + "): rank 0, which hosts it, " +
-                      (s == Place::State::unknown  ? "is gone or unreachable"
-                       : s == Place::State::exited ? "is gone: " + places_[0].said(s)
-                                                   : "is unreachable: " + places_[0].said(s)));
+    const auto s = rank0_hosts_ ? state_of(0) : Place::State::unknown;
+    return with_stall(
+        with_first("the store" + (where_.empty() ? "" : " at " + where_) + " cannot be reached (" +
+                   brief(e) + "): " + store_host() + " " +
+                   (s == Place::State::unknown  ? "is gone or unreachable"
+                    : s == Place::State::exited ? "is gone: " + places_[0].said(s)
+                                                : "is unreachable: " + places_[0].said(s))));
   }
 }
 
@@ -179,6 +251,19 @@ void Watch::beat(const std::shared_ptr<Heart>& h) {
     lock.unlock();
     try {
       h->store->add(h->key, 1);
+      bool known = false;
+      {
+        std::lock_guard<std::mutex> l(h->mu);
+        known = !h->first_failure.empty();
+      }
+      if (!known && h->store->check({kFirstFailure})) {
+        std::string why = string_of(h->store->get(kFirstFailure));
+        {
+          std::lock_guard<std::mutex> l(h->mu);
+          h->first_failure = std::move(why);
+        }
+        h->store->add(kFirstFailureSeen, 1);
+      }
     } catch (...) {
       lock.lock();
       break;  // the store is gone: a failing collective will say so
@@ -215,7 +300,7 @@ std::string Watch::stall() const {
 
 /// Rank 0 stopped or exited, seen without asking the store it hosts.
 std::string Watch::store_host_down() const {
-  if (rank_ == 0) return {};
+  if (rank_ == 0 || !rank0_hosts_) return {};
   const auto s = state_of(0);
   if (s == Place::State::stopped)
     return "rank 0 is hung: " + places_[0].said(s) + ", so the store it hosts cannot answer";
@@ -224,7 +309,19 @@ std::string Watch::store_host_down() const {
   return {};
 }
 
+std::string Watch::first_failure() const {
+  std::lock_guard<std::mutex> lock(heart_->mu);
+  return mine(heart_->first_failure) ? std::string() : heart_->first_failure;
+}
+
+bool Watch::mine(const std::string& failure) const {
+  return failure.rfind("rank " + std::to_string(rank_) + " ", 0) == 0;
+}
+
 std::string Watch::said_failed() {
+  // The first to fail, where known: the others may have failed because of it.
+  if (store_->check({kFirstFailure}))
+    if (std::string t = string_of(store_->get(kFirstFailure)); !mine(t)) return t;
   for (int r = 0; r < size_; ++r)
     if (r != rank_ && store_->check({key("failed", r)}))
       return "rank " + std::to_string(r) + " failed: " + string_of(store_->get(key("failed", r)));

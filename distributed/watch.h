@@ -17,6 +17,9 @@
 
 namespace ampactor::dist::detail {
 
+/// The key under which the first rank to fail says why (and its count, to take the first).
+inline const char* const kFirstFailure = "ampactor/first_failure";
+inline const char* const kFirstFailureSeen = "ampactor/first_failure_seen";
 inline std::string key(const char* what, int r) {
   return std::string("ampactor/") + what + "/" + std::to_string(r);
 }
@@ -55,9 +58,13 @@ class Watch {
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
 
+  /// Where the store is and whether rank 0 hosts it (else torchrun's agent does), for messages.
+  void hosted_by(std::string where, bool rank0);
   /// Says this rank joined and waits until every rank has, by `deadline`; else throws
-  /// ScalerError(errc::rank_failed) naming the ranks that joined and those that did not.
-  void join(std::chrono::steady_clock::time_point deadline);
+  /// ScalerError(errc::rank_failed) naming the ranks that joined and those that did not. Before
+  /// waiting it refuses, on every rank at once, a world size that differs from another rank's,
+  /// a rank that joined twice, and `own_refusal` (this rank's own reason, if not empty).
+  void join(std::chrono::steady_clock::time_point deadline, const std::string& own_refusal = {});
   /// Why a collective or the store failed with `error`: a rank that said why, a silent rank
   /// (exited, stopped or hung where its process can be seen), the store's host, or the reason
   /// the others recorded when this rank was the one stopped.
@@ -80,6 +87,9 @@ class Watch {
     std::mutex mu;
     std::condition_variable cv;
     bool stop = false, done = false;
+    // The first failure any rank reported, read while the store answers: after an abort takes
+    // the store with it, the survivors still name that rank (under mu).
+    std::string first_failure;
   };
   static void beat(const std::shared_ptr<Heart>& h);
   std::string stall() const;
@@ -87,12 +97,18 @@ class Watch {
   std::string said_failed();
   std::string silent(const std::vector<std::int64_t>& before);
   std::string recorded();
+  std::string first_failure() const;
+  bool mine(const std::string& failure) const;
+  [[noreturn]] void refuse_all(const std::string& why);
+  [[noreturn]] void refused(const std::string& why);
+  std::string store_host() const;
   Place::State state_of(int r) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_, size_;
   DistOptions options_;
   std::string where_;
+  bool rank0_hosts_ = true;
   std::vector<Place> places_;  // empty until joined
   std::atomic<bool> left_{false};
   std::shared_ptr<Heart> heart_;

@@ -26,19 +26,6 @@ namespace {
 
 constexpr int kTimeoutMs = 3000;
 
-/// A port nobody listens on now (the kernel's pick for a socket bound to port 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 /// /proc/<pid>/stat's state letter ('T': stopped), or 0.
 char state_of(pid_t pid) {
   const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
@@ -53,49 +40,6 @@ bool ignores_sigpipe(pid_t pid) {
   if (at == std::string::npos) return false;
   const unsigned long long mask = std::stoull(status.substr(at + 7), nullptr, 16);
   return (mask >> (SIGPIPE - 1)) & 1;
-}
-
-/// Rank `rank` of `n` of ampactor-dist-worker, started without the launcher (RANK, WORLD_SIZE,
-/// MASTER_ADDR, MASTER_PORT set here), its output in DIR/log<rank>.txt.
-class Rank {
- public:
-  Rank(const fs::path& dir, int rank, int n, int port, std::vector<std::string> args)
-      : log_(dir / ("log" + std::to_string(rank) + ".txt")),
-        child_(argv_of(dir, args), log_,
-               {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(n),
-                "LOCAL_RANK=" + std::to_string(rank), "MASTER_ADDR=127.0.0.1",
-                "MASTER_PORT=" + std::to_string(port)}) {}
-  pid_t pid() const { return child_.pid(); }
-  /// Its exit code, 128 + the signal that killed it, or -1 while it runs.
-  int code() { return child_.code(); }
-  /// Waits up to `limit` for it to exit; its code, or -1.
-  int wait(milliseconds limit) { return child_.wait(limit); }
-  /// Its first line, the worker's error ("" before it says anything).
-  std::string said() const {
-    const std::string s = slurp(log_);
-    return s.substr(0, s.find('\n'));
-  }
-
- private:
-  static std::vector<std::string> argv_of(const fs::path& dir,
-                                          const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {AMPACTOR_DIST_WORKER, "--out", dir.string(), "--timeout-ms",
-                                     std::to_string(kTimeoutMs)};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return argv;
-  }
-
-  std::string log_;
-  ampactor::test::Child child_;
-};
-
-/// Polls `done` every 5 ms for up to `limit`; the time it took, or `limit` if it never held.
-template <class F>
-clock_type::duration poll(F&& done, milliseconds limit) {
-  const auto start = clock_type::now();
-  while (!done() && clock_type::now() - start < limit)
-    std::this_thread::sleep_for(milliseconds(5));
-  return clock_type::now() - start;
 }
 
 bool has(const std::string& line, const std::string& what) {
@@ -183,4 +127,24 @@ TEST_CASE(
   CAPTURE(line);
   CHECK(has(line, "rank 0: the gradient average failed: this rank was stopped or stalled for "));
   CHECK(has(line, "rank 1 is gone (heartbeat stopped): its process"));
+}
+
+TEST_CASE(
+    "after a rank fails and rank 0 aborts with the store, the surviving rank names the rank that "
+    "failed first") {
+  const fs::path dir = fresh("first-failure");
+  const int port = free_port();
+  // Every rank aborts on its error, as an uncaught ScalerError does: rank 0's abort takes the
+  // store it hosts.
+  const std::vector<std::string> args = {"--path",     "pipeline", "--staleness",
+                                         "0",          "--steps",  "30",
+                                         "--throw-at", "1:3",      "--abort-on-failure"};
+  Rank r0(dir, 0, 3, port, args), r1(dir, 1, 3, port, args), r2(dir, 2, 3, port, args);
+  for (Rank* r : {&r0, &r1, &r2})
+    CHECK(r->wait(seconds(40)) == 128 + SIGABRT);
+  for (Rank* r : {&r0, &r2}) {
+    const std::string line = r->said();
+    CAPTURE(line);
+    CHECK(has(line, "rank 1 failed: its step job in iteration 3 threw: an error in rank 1's step"));
+  }
 }

@@ -53,6 +53,8 @@ struct Settings {
   int save_at = -1;                     // pipeline: save the run after this iteration
   std::string ckpt;                     // ... into CKPT (--shard: its manifest); --resume: load it
   bool resume = false;
+  bool resume_any = false;          // resume_run: load where a checkpoint is, else start afresh
+  bool abort_on_failure = false;    // an error ends the process by std::abort, as uncaught ones do
   double clip = 0;                  // clip_grad_norm (0: none)
   std::int64_t bucket_bytes = 256;  // overlap's buckets: a layer's weight or bias each
   std::set<std::pair<int, int>> inf_at, die_at, throw_at, stop_at;  // (rank, iteration)
@@ -89,6 +91,8 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_option("--save-at", s.save_at, "pipeline: save_run after this iteration (--ckpt)");
   app.add_option("--ckpt", s.ckpt, "the checkpoint's path (CKPT.rank<R>.pt unsharded)");
   app.add_flag("--resume", s.resume, "pipeline: load_run from --ckpt first, go on after it");
+  app.add_flag("--abort-on-failure", s.abort_on_failure, "an error aborts, as an uncaught one");
+  app.add_flag("--resume-any", s.resume_any, "pipeline: resume_run from --ckpt, if one is there");
   app.add_option("--clip", s.clip, "pipeline: clip_grad_norm's max_norm");
   app.add_option("--bucket-bytes", s.bucket_bytes, "overlap_backward's bucket_bytes");
   app.add_option("--single", s.single, "one process over N ranks' concatenated batches");
@@ -293,6 +297,7 @@ struct Worker {
   void train() {
     int first = 0;
     if (s.resume) first = int(ampactor::load_run(ckpt(), parts())) + 1;
+    if (s.resume_any) first = int(ampactor::resume_run(ckpt(), parts())) + 1;
     for (int k = first; k < s.steps; ++k) {
       if (s.die_at.count({rank, k})) std::raise(SIGKILL);
       if (s.stop_at.count({rank, k})) std::raise(SIGSTOP);
@@ -402,6 +407,7 @@ int main(int argc, char** argv) {
     const std::string line =
         "ampactor-dist-worker rank " + std::to_string(rank) + ": " + e.what() + "\n";
     std::fputs(line.c_str(), stderr);
+    if (s.abort_on_failure) std::abort();
     return 1;
   }
 }

@@ -42,19 +42,51 @@ class DistOptions {
   AMPACTOR_ARG(std::chrono::milliseconds, heartbeat, std::chrono::milliseconds(100));
 };
 
-/// torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK (default: RANK), MASTER_ADDR (default
-/// 127.0.0.1) and MASTER_PORT (default 29500).
+/// Where a process sits in the run, as its launcher said (launch_from_env) or as one sets it.
 struct Launch {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  /// Ranks on this host; 0: not said.
+  int local_world_size = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  /// Whose variables were read: "torchrun", "RANK/WORLD_SIZE" (ampactor-launch or by hand),
+  /// "Open MPI", "PMI", "Slurm"; empty for a Launch of one's own.
+  std::string launcher;
+  /// torchrun's agent already hosts a store at master_addr:master_port
+  /// (TORCHELASTIC_USE_AGENT_STORE=True): init() is its client or keeps its own store elsewhere.
+  bool agent_store = false;
+  /// torchrun's attempt (TORCHELASTIC_RESTART_COUNT) and run id: the keys the ranks write into a
+  /// store are prefixed with both, so that a restart never meets the last attempt's.
+  int restart = 0;
+  std::string run_id;
 };
 
-/// Reads Launch from the environment. A missing RANK or WORLD_SIZE, or a value that is not a
-/// number in range, is refused with ScalerError(errc::bad_option) naming the variable.
+/// Reads Launch from the environment, from the first of these forms that is there:
+/// 1. torchrun, ampactor-launch or by hand: RANK, WORLD_SIZE, LOCAL_RANK (default RANK),
+///    LOCAL_WORLD_SIZE, MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), and
+///    torchrun's TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID;
+/// 2. Open MPI's mpirun: OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+///    OMPI_COMM_WORLD_LOCAL_SIZE;
+/// 3. PMI and PMIx (MPICH's and Intel MPI's launchers, srun --mpi): PMI_RANK or PMIX_RANK, with
+///    PMI_SIZE, and MPI_LOCALRANKID or PMI_LOCAL_RANK;
+/// 4. Slurm's srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, in a job step (SLURM_STEP_ID).
+/// Forms 2-4 name no store: MASTER_ADDR and MASTER_PORT when set, else under Slurm the first host
+/// of SLURM_STEP_NODELIST (or SLURM_NODELIST) and port 15000 + SLURM_JOB_ID % 20000, else
+/// 127.0.0.1:29500 (one host; set MASTER_ADDR for more). None there, or a value that is not a
+/// number in range: ScalerError(errc::bad_option) naming every form looked for, or the variable.
 Launch launch_from_env();
+
+/// The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"); ScalerError
+/// (errc::bad_option) for a list it cannot read.
+std::string first_slurm_host(const std::string& nodelist);
+
+/// Writes `message` to torchrun's TORCHELASTIC_ERROR_FILE, once per process (the first reason
+/// wins), so that torchrun's failure summary shows it instead of an exit code or signal; a no-op
+/// without torchrun. init() and a rank group's failing collectives call it; a program's own
+/// catch of ScalerError in main may too. Never throws.
+void report_failure(const std::string& message) noexcept;
 
 /// A RankGroup over a c10d process group and the store its ranks share. The collectives run on
 /// `pg` (CPU tensors, or CUDA ones for a process group named "nccl"); the store holds each
@@ -79,14 +111,21 @@ struct World {
   std::shared_ptr<RankGroup> ranks;
 };
 
-/// torchrun's convention end to end: launch_from_env(), a TCPStore at MASTER_ADDR:MASTER_PORT
-/// (rank 0 hosts it and waits for the others), a ProcessGroupGloo on it (on loopback when
-/// MASTER_ADDR is a loopback address, on GLOO_SOCKET_IFNAME's interface when that is set, else on
-/// this host's name), and over(). A store or group that cannot be reached within the timeout
-/// fails with ScalerError(errc::rank_failed) carrying c10d's error; every rank says in the store
-/// that it joined before the group forms, so a rank missing at start-up is named ("ranks 0, 1 of 3
-/// joined the store at ... within the 60000 ms timeout; rank 2 did not"), and one that dies while
-/// the group forms is named like one that dies later.
+/// The launcher's run end to end: launch_from_env(), a store, a ProcessGroupGloo on it, and
+/// over(). The store: rank 0 hosts a TCPStore at MASTER_ADDR:MASTER_PORT; under torchrun, whose
+/// agent hosts one there already, every rank is the agent's client when this LibTorch speaks its
+/// protocol (LibTorch 2.x; AMPACTOR_AGENT_STORE=1 or 0 forces the choice), else rank 0 hosts
+/// ampactor's own at MASTER_PORT + 1 (AMPACTOR_STORE_PORT names another), said once. gloo's device:
+/// GLOO_SOCKET_IFNAME's interface when set; loopback when MASTER_ADDR is a loopback address; else
+/// this host's name, or, where the name resolves to a loopback address (Debian's 127.0.1.1), the
+/// address that routes to MASTER_ADDR (said once). A device on loopback while MASTER_ADDR is
+/// another host is refused at once, naming GLOO_SOCKET_IFNAME. The ranks agree on WORLD_SIZE and
+/// that no rank joins twice (else every rank is refused at once, naming both). A store or group
+/// that cannot be reached within the timeout fails with ScalerError(errc::rank_failed) carrying
+/// c10d's error; every rank says in the store that it joined before the group forms, so a rank
+/// missing at start-up is named ("ranks 0, 1 of 3 joined the store at ... within the 60000 ms
+/// timeout; rank 2 did not"), and one that dies while the group forms is named like one that dies
+/// later. A failure is also written to TORCHELASTIC_ERROR_FILE (report_failure).
 World init_from_env(const DistOptions& options = {});
 /// The same from a Launch of one's own.
 World init(const Launch& launch, const DistOptions& options = {});

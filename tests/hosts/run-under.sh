@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# One data-parallel run under a launcher a cluster has, against the same run under ampactor-launch
+# on one host: every rank's output must be the same, byte for byte. Exits 77 (ctest: skipped) with
+# the reason where the launcher cannot run here.
+# Usage: run-under.sh hosts|mpirun|srun|torchrun LAUNCH WORKER OUT
+#   hosts:  ampactor-launch --nnodes 2 on two network-namespace hosts named as Debian names them
+#   mpirun: Open MPI's mpirun -np 2;  srun: srun -n 2 on a one-node Slurm started here
+#   torchrun: PyTorch's, from PyPI into OUT/../torch-venv, in each of its modes, and a restart
+set -uo pipefail
+mode=$1 launch=$2 worker=$3 out=$4
+here=$(cd "$(dirname "$0")" && pwd)
+skip() { echo "skipped: $*"; exit 77; }
+fail() { echo "FAILED: $*"; exit 1; }
+rm -rf "$out" && mkdir -p "$out/one" "$out/run" || fail "cannot make $out"
+args=(--path pipeline --model mlp --steps 8 --staleness 1 --swap --inf-at 1:5 --timeout-ms 30000)
+
+# The reference: two ranks on this host.
+"$launch" --nproc 2 --master-port 0 -- "$worker" --out "$out/one" "${args[@]}" >"$out/one.log" 2>&1 ||
+  fail "the reference run failed: $(cat "$out/one.log")"
+# A port free now, for the launchers that need one named.
+port=$("$launch" --nproc 1 --master-port 0 -- sh -c 'echo $MASTER_PORT')
+
+case $mode in
+  hosts)
+    "$here/netns-hosts.sh" check || exit 77
+    name=amp$$
+    trap '"$here/netns-hosts.sh" down $name' EXIT
+    "$here/netns-hosts.sh" up $name 2 >/dev/null || fail "the hosts could not be made"
+    addr0=$("$here/netns-hosts.sh" addr $name 0)
+    on() {  # on HOST: that host's ampactor-launch, node rank HOST of 2
+      "$here/netns-hosts.sh" exec $name "$1" "$launch" --nnodes 2 --node-rank "$1" --nproc 1 \
+        --master-addr "$addr0" --master-port "$port" -- "$worker" --out "$out/run" "${args[@]}"
+    }
+    on 0 >"$out/run.log" 2>&1 &
+    on 1 >"$out/run1.log" 2>&1
+    b=$?
+    wait $! || fail "host 0's ranks failed: $(cat "$out/run.log" "$out/run1.log")"
+    [ $b -eq 0 ] || fail "host 1's ranks failed: $(cat "$out/run1.log")"
+    # Each host's name maps to 127.0.1.1: the address that reaches MASTER_ADDR is used, and said.
+    cat "$out/run1.log" >>"$out/run.log"
+    grep -q "resolves to 127.0.1.1 (loopback), so gloo uses 10\." "$out/run.log" ||
+      fail "no word of the loopback name: $(cat "$out/run.log")"
+    # gloo told to use loopback while MASTER_ADDR is another host: refused at once, by name.
+    start=$SECONDS
+    GLOO_SOCKET_IFNAME=lo on 0 >"$out/lo0.log" 2>&1 &
+    GLOO_SOCKET_IFNAME=lo on 1 >"$out/lo1.log" 2>&1 && fail "a loopback device was taken"
+    wait $! && fail "a loopback device was taken"
+    cat "$out/lo0.log" "$out/lo1.log" >"$out/lo.log"
+    [ "$(grep -c "GLOO_SOCKET_IFNAME=lo is a loopback interface, while MASTER_ADDR $addr0 is not" \
+      "$out/lo.log")" -eq 2 ] || fail "the loopback device was not refused by name: $(cat "$out/lo.log")"
+    # Far below the ranks' 30 s timeout.
+    [ $((SECONDS - start)) -lt 15 ] || fail "the refusal took $((SECONDS - start)) s"
+    ;;
+  mpirun)
+    command -v mpirun >/dev/null || skip "mpirun is not installed (apt-get install openmpi-bin)"
+    root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+    mpirun "${root[@]}" --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
+      "$worker" --out "$out/run" "${args[@]}" >"$out/run.log" 2>&1 ||
+      fail "mpirun failed: $(cat "$out/run.log")"
+    ;;
+  srun)
+    slurm=$here/slurm-one-node.sh
+    "$slurm" check || exit 77
+    trap '"$slurm" stop "$out/slurm" >/dev/null 2>&1' EXIT
+    "$slurm" start "$out/slurm" >"$out/slurm.log" 2>&1 ||
+      { [ $? -eq 77 ] && skip "$(tail -1 "$out/slurm.log")"; fail "Slurm did not start: $(cat "$out/slurm.log")"; }
+    # No MASTER_ADDR or MASTER_PORT: the first host of the step and a port from the job id.
+    "$slurm" run "$out/slurm" srun -n 2 "$worker" --out "$out/run" "${args[@]}" >"$out/run.log" 2>&1 ||
+      fail "srun failed: $(cat "$out/run.log")"
+    ;;
+  torchrun)
+    venv=$(dirname "$out")/torch-venv
+    "$here/torch-venv.sh" "$venv" >"$out/venv.log" 2>&1 || skip "$(tail -1 "$out/venv.log")"
+    torchrun=$(tail -1 "$out/venv.log")
+    # torchrun's own default (OMP_NUM_THREADS=1 for several workers), which rank 0 must say.
+    unset OMP_NUM_THREADS
+    under() {  # under NAME TORCHRUN-ARGS... -- WORKER-ARGS...: one run into OUT/NAME
+      local name=$1; shift
+      local opts=(); while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+      mkdir -p "$out/$name"
+      "$torchrun" "${opts[@]}" --nproc-per-node 2 --no-python "$worker" --out "$out/$name" "$@" \
+        >"$out/$name.log" 2>&1
+    }
+    same() {  # same NAME [FROM]: NAME's ranks equal one host's, from line FROM on
+      for r in 0 1; do
+        cmp -s <(tail -n +"${2:-1}" "$out/one/rank$r.txt") "$out/$1/rank$r.txt" ||
+          fail "$1: rank $r differs from one host's: $(cat "$out/$1.log")"
+      done
+    }
+    p2=$("$launch" --nproc 1 --master-port 0 -- sh -c 'echo $MASTER_PORT')
+    under standalone --standalone -- "${args[@]}" || fail "--standalone: $(cat "$out/standalone.log")"
+    same standalone
+    under static --nnodes 1 --node-rank 0 --master-addr 127.0.0.1 --master-port "$port" -- \
+      "${args[@]}" || fail "static: $(cat "$out/static.log")"
+    same static
+    under c10d --nnodes 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$p2" -- "${args[@]}" ||
+      fail "c10d: $(cat "$out/c10d.log")"
+    same c10d
+    grep -q "OMP_NUM_THREADS=1 (torchrun's default for 2 workers a node)" "$out/standalone.log" ||
+      fail "no word of torchrun's thread count: $(cat "$out/standalone.log")"
+    # A rank's error reaches torchrun's summary instead of a bare exit code.
+    under thrown --standalone -- "${args[@]}" --throw-at 1:5 && fail "a thrown step job passed"
+    grep -q "rank 1 failed: its step job in iteration 5 threw" "$out/thrown.log" ||
+      fail "torchrun's summary lacks the reason: $(cat "$out/thrown.log")"
+    # A restart: rank 1 SIGKILLed at iteration 5 of attempt 0; attempt 1 resumes the save at 3.
+    mkdir -p "$out/restart"
+    "$torchrun" --standalone --max-restarts 1 --nproc-per-node 2 --no-python sh -c \
+      'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then set -- "$@" --die-at 1:5; fi; exec "$@"' \
+      sh "$worker" --out "$out/restart" "${args[@]}" --save-at 3 --resume-any \
+      --ckpt "$out/restart/ckpt" >"$out/restart.log" 2>&1 || fail "the restart: $(cat "$out/restart.log")"
+    same restart 5
+    ;;
+  *) echo "usage: $0 hosts|mpirun|srun|torchrun LAUNCH WORKER OUT" >&2; exit 2 ;;
+esac
+[ "$mode" = torchrun ] || for r in 0 1; do
+  cmp -s "$out/one/rank$r.txt" "$out/run/rank$r.txt" ||
+    fail "rank $r differs from one host's: $(diff "$out/one/rank$r.txt" "$out/run/rank$r.txt" | head -5)"
+done
+echo "$mode: both ranks equal one host's, byte for byte"
