@@ -6,6 +6,7 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/scaler/ranks.h>
 #include "internal/sharded_run.h"
 
 #include <torch/nn/module.h>
@@ -16,6 +17,9 @@
 #include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -35,9 +39,18 @@ std::string shape_of(const at::Tensor& t) {
   return s.str();
 }
 
-/// Module::load's walk, reading into fresh tensors and comparing each with the live one.
+/// FNV-1a over `n` bytes, folded into `h`.
+void fold(std::uint64_t& h, const void* data, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i)
+    h = (h ^ b[i]) * 0x100000001b3ULL;
+}
+
+/// Module::load's walk, reading into fresh tensors and comparing each with the live one; each
+/// saved tensor's name and bytes folded into `digest` (what ranks compare: their files' bytes
+/// differ, since a file names itself inside).
 void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
-                  const std::string& prefix) {
+                  const std::string& prefix, std::uint64_t& digest) {
   auto check = [&](const std::string& key, const at::Tensor& live, bool buffer) {
     at::Tensor saved;
     if (!archive.try_read(key, saved, buffer) || !saved.defined())
@@ -45,6 +58,10 @@ void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
     if (saved.sizes() != live.sizes() || saved.scalar_type() != live.scalar_type())
       refuse("model", prefix + key + " is " + shape_of(saved) + " in the file, " + shape_of(live) +
                           " in the model");
+    const std::string name = prefix + key;
+    const at::Tensor bytes = saved.contiguous();
+    fold(digest, name.data(), name.size());
+    fold(digest, bytes.data_ptr(), std::size_t(bytes.nbytes()));
   };
   for (const auto& p : m.named_parameters(/*recurse=*/false))
     check(p.key(), p.value(), false);
@@ -54,7 +71,7 @@ void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
     if (!child.value()->is_serializable()) continue;
     torch::serialize::InputArchive sub;
     if (!archive.try_read(child.key(), sub)) refuse("model", "no module " + prefix + child.key());
-    check_module(*child.value(), sub, prefix + child.key() + ".");
+    check_module(*child.value(), sub, prefix + child.key() + ".", digest);
   }
 }
 
@@ -124,6 +141,7 @@ struct Checked {
   std::optional<internal::RunAccess::Loaded> pipe_loaded;
   std::stringstream opt_snapshot;  // the optimizer as it was, once its load was tried
   std::int64_t step = 0;
+  std::uint64_t model_digest = 0xcbf29ce484222325ULL;  // check_module's
 };
 
 /// Everything ampactor can check of the file at `path`, checked; the optimizer, which only
@@ -137,7 +155,7 @@ void check_run(const std::string& path, const RunParts& parts, Checked& c) {
   torch::serialize::InputArchive opt_ar;
   if (parts.model()) {
     part(all, "model", c.model_ar);
-    check_module(*parts.model(), c.model_ar, "");
+    check_module(*parts.model(), c.model_ar, "", c.model_digest);
   }
   if (parts.optimizer()) part(all, "optimizer", opt_ar);
   if (parts.scaler()) {
@@ -178,8 +196,9 @@ void check_run(const std::string& path, const RunParts& parts, Checked& c) {
   }
 }
 
-/// load_run of one file. With `agreed` (a sharded run's ranks), this rank's error, or "" once
-/// everything is checked, goes to agreed, which throws on every rank if any rank has one.
+/// load_run of one file. With `agreed` (ranks), this rank's error, or "" with the file's step and
+/// model digest once everything is checked, goes to agreed, which throws on every rank if any rank
+/// has one.
 std::int64_t load_run_file(const std::string& path, const RunParts& parts,
                            const internal::AgreeFn& agreed) {
   Checked c;
@@ -189,11 +208,11 @@ std::int64_t load_run_file(const std::string& path, const RunParts& parts,
     tried_optimizer = parts.optimizer() != nullptr;
   } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     if (!agreed) throw;
-    agreed(e.what());  // throws
+    agreed(e.what(), -1, 0);  // throws
     throw;
   }
   if (agreed) try {
-      agreed("");
+      agreed("", c.step, c.model_digest);
     } catch (...) {
       if (tried_optimizer) restore_optimizer(parts, c.opt_snapshot);
       throw;
@@ -226,6 +245,35 @@ std::int64_t load_run_file(const std::string& path, const RunParts& parts,
   return c.step;
 }
 
+/// load_run of one file on every rank of a group: each rank's copy must be there, pass the
+/// checks and hold the same step and model (its tensors' digest) before any rank changes; else
+/// every rank refuses, naming the rank. A rank that resumed alone would average its steps with
+/// another step's on the others, silently.
+std::int64_t load_run_agreed(const std::string& path, const RunParts& parts, RankGroup& ranks) {
+  const std::string head = "load_run '" + path + "': ";
+  const std::string fix =
+      ", so no rank loaded (every rank needs the same checkpoint: on several hosts, copy it to "
+      "each or keep it on a shared file system)";
+  return load_run_file(
+      path, parts, [&](const std::string& error, std::int64_t step, std::uint64_t digest) {
+        char hex[17];
+        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+        const std::string mine =
+            error.empty() ? "step " + std::to_string(step) + " (model digest fnv1a64:" + hex + ")"
+                          : std::string(1, '\0') + error;
+        const std::vector<std::string> all = internal::gather_strings(ranks, mine);
+        for (std::size_t r = 0; r < all.size(); ++r)
+          if (!all[r].empty() && all[r][0] == '\0')
+            throw ScalerError(errc::bad_checkpoint, head + "rank " + std::to_string(r) +
+                                                        " cannot load it (" + all[r].substr(1) +
+                                                        ")" + fix);
+        for (std::size_t r = 1; r < all.size(); ++r)
+          if (all[r] != all[0])
+            throw ScalerError(errc::bad_checkpoint, head + "rank " + std::to_string(r) + " has " +
+                                                        all[r] + ", rank 0 has " + all[0] + fix);
+      });
+}
+
 }  // namespace
 
 void save_run(const std::string& path, const RunParts& parts, std::int64_t step) {
@@ -245,7 +293,39 @@ std::int64_t load_run(const std::string& path, const RunParts& parts) {
                        "' is a sharded run's manifest: load it on its number of ranks with "
                        "shard_optimizer_state, or make one checkpoint of it with ampactor-ckpt "
                        "consolidate");
+  if (const auto ranks = parts.scaler() ? parts.scaler()->options().ranks() : nullptr;
+      ranks && ranks->size() > 1)
+    return load_run_agreed(path, parts, *ranks);
   return load_run_file(path, parts, nullptr);
+}
+
+std::int64_t resume_run(const std::string& path, const RunParts& parts) {
+  const bool here = ::access(path.c_str(), F_OK) == 0;
+  RankGroup* ranks = sharded(parts)   ? &internal::RunAccess::ranks(*parts.pipeline())
+                     : parts.scaler() ? parts.scaler()->options().ranks().get()
+                                      : nullptr;
+  if (!ranks || ranks->size() == 1) return here ? load_run(path, parts) : -1;
+  // One decision for all ranks: load_run is a collective, which no rank may enter alone.
+  const std::vector<std::string> all = internal::gather_strings(*ranks, here ? "1" : "0");
+  // A sharded run's manifest is rank 0's to read; the other ranks need their shards only.
+  if (sharded(parts)) return all[0] == "1" ? load_run(path, parts) : -1;
+  std::vector<int> with, without;
+  for (std::size_t r = 0; r < all.size(); ++r)
+    (all[r] == "1" ? with : without).push_back(int(r));
+  if (with.empty()) return -1;
+  if (without.empty()) return load_run(path, parts);
+  const auto names = [](const std::vector<int>& rs) {
+    std::string s = rs.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < rs.size(); ++i)
+      s += (i ? ", " : "") + std::to_string(rs[i]);
+    return s;
+  };
+  throw ScalerError(errc::bad_checkpoint,
+                    "resume_run '" + path + "': " + names(with) +
+                        (with.size() == 1 ? " has it, " : " have it, ") + names(without) +
+                        (without.size() == 1 ? " does not" : " do not") +
+                        ", so no rank loaded (copy it to every host, keep it on a shared "
+                        "file system, or remove it to start afresh)");
 }
 
 }  // namespace ampactor

@@ -358,13 +358,13 @@ std::int64_t load_sharded_run(
   if (m.layout() != layout || m.shapes != RunAccess::shapes(pipe))
     refuse("load_run: '" + path + "' holds another model's shards (" + m.layout().str() +
            "), this pipeline's are " + layout.str());
-  const AgreeFn agreed = [&](const std::string& error) {
+  const AgreeFn agreed = [&](const std::string& error, std::int64_t, std::uint64_t) {
     agree(ranks, error, [&](int r) {
       return "load_run '" + path + "': rank " + std::to_string(r) +
              " refused its shard, so no rank loaded";
     });
   };
-  if (const std::string p = shard_problem(m, path, rank); !p.empty()) agreed(p);  // throws
+  if (const std::string p = shard_problem(m, path, rank); !p.empty()) agreed(p, -1, 0);  // throws
   return load_file(m.shard_path(path, rank), agreed);
 }
 

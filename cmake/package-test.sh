@@ -114,7 +114,7 @@ grep "at step 60" "$work/ckpt-2.log"
 # Two ranks of the data-parallel example through the installed launcher: the same parameters.
 if [ -x "$work/find/data_parallel" ]; then
   "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/data_parallel" \
-    >"$work/dp.log"
+    --ckpt "$work/dp.pt" >"$work/dp.log"
   cat "$work/dp.log"
   [ "$(grep -c '1 step(s) skipped' "$work/dp.log")" -eq 2 ]
   [ "$(sed 's/.*parameter sum //' "$work/dp.log" | sort -u | wc -l)" -eq 1 ]
@@ -124,7 +124,7 @@ if [ -x "$work/find/data_parallel" ]; then
       --steps 40 >/dev/null &&
     "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/sharded_run" \
       --steps 60 --resume >"$work/shard-resumed.log" &&
-    "$work/prefix/bin/ampactor-ckpt" check sharded_run &&
+    "$work/prefix/bin/ampactor-ckpt" check sharded_run.ckpt &&
     "$work/prefix/bin/ampactor-launch" --nproc 2 --master-port 0 -- "$work/find/sharded_run" \
       --steps 60 --ckpt one-go >"$work/shard-one-go.log")
   cat "$work/shard-resumed.log"

@@ -1,7 +1,8 @@
 // Data-parallel training: N ranks, each on its own shard of every batch, stepping or skipping
 // together with one scale. Run 2 ranks on this machine with
 //   ampactor-launch --nproc 2 -- ./data_parallel
-// (or torchrun's variables set by hand: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+// or under torchrun, mpirun or srun (doc/guide/data-parallel.md). Every 20 steps one rank a host
+// saves the run; a restart finds the checkpoint and resumes from it.
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
@@ -11,9 +12,23 @@
 
 #include <iomanip>
 #include <iostream>
+#include <string>
 
-int main() {
-  // RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT come from the launcher.
+int main(int argc, char** argv) try {
+  int steps = 60;
+  std::string ckpt = "data_parallel.ckpt.pt";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--steps" && i + 1 < argc) {
+      steps = std::stoi(argv[++i]);
+    } else if (a == "--ckpt" && i + 1 < argc) {
+      ckpt = argv[++i];
+    } else {
+      std::cerr << "usage: data_parallel [--steps N] [--ckpt PATH]\n";
+      return 2;
+    }
+  }
+  // The rank, the world size and the store's address come from the launcher.
   ampactor::dist::World world = ampactor::dist::init_from_env();
   const int rank = world.launch.rank, ranks = world.launch.world_size;
 
@@ -29,9 +44,14 @@ int main() {
       ampactor::AsyncOptimizerOptions().swap_weights(true).defer_grad_move(true));
   // Owned by the pipeline: on a rank's error, its steps in flight end before the optimizer goes.
   auto& opt = pipe.make_optimizer<torch::optim::AdamW>(torch::optim::AdamWOptions(1e-2));
+  const auto run =
+      ampactor::RunParts().model(model.get()).optimizer(&opt).scaler(&scaler).pipeline(&pipe);
+  // Every rank loads its host's copy, or none does; the ranks agree on the step first.
+  const int first = int(ampactor::resume_run(ckpt, run)) + 1;
 
+  torch::manual_seed(1);
   const at::Tensor w_true = torch::randn({32, 1});
-  for (int step = 0; step < 60; ++step) {
+  for (int step = first; step < steps; ++step) {
     // The global batch of 256 is the same on every rank; each takes its shard.
     torch::manual_seed(1000 + step);
     const at::Tensor x = torch::randn({256, 32}).chunk(ranks)[rank];
@@ -41,23 +61,23 @@ int main() {
     scaler.scale(loss).backward();
     pipe.step(opt, [&] { scaler.step(opt); });
     scaler.update();
+    // Every rank holds the same run: one rank a host writes it, so each host has a copy.
+    if ((step + 1) % 20 == 0 && world.launch.local_rank == 0) ampactor::save_run(ckpt, run, step);
   }
-  // Every rank holds the same run, so one writes the checkpoint; every rank loads it to resume
-  // (ampactor::load_run). Ranks writing one path all the same would be safe, and wasted work.
-  if (rank == 0)
-    ampactor::save_run(
-        "data_parallel.pt",
-        ampactor::RunParts().model(model.get()).optimizer(&opt).scaler(&scaler).pipeline(&pipe),
-        60);
   pipe.sync();
   double sum = 0;
   for (const auto& p : pipe.optim_parameters())
     sum += p.sum().item<double>();
   int skipped = 0;
-  for (int step = 0; step < 60; ++step)
+  for (int step = first; step < steps; ++step)
     skipped += scaler.wait_result(step).skipped();
-  std::cout << "rank " << rank << " of " << ranks << ": " << skipped << " step(s) skipped, scale "
-            << scaler.get_scale() << ", parameter sum " << std::setprecision(17) << sum
-            << std::endl;
+  std::cout << "rank " << rank << " of " << ranks << ": steps " << first << " to " << steps << ", "
+            << skipped << " step(s) skipped, scale " << scaler.get_scale() << ", parameter sum "
+            << std::setprecision(17) << sum << std::endl;
   return 0;
+} catch (const ampactor::ScalerError& e) {
+  // Said, and told to torchrun's summary where it runs this; an exit code, not an abort.
+  std::cerr << "data_parallel: " << e.what() << std::endl;
+  ampactor::dist::report_failure(e.what());
+  return 1;
 }

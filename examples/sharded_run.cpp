@@ -1,11 +1,12 @@
 // Data parallel with the optimizer's state sharded across the ranks: each rank keeps and steps
 // 1/N of the masters and of AdamW's moments, and an all-gather gives every rank's model the whole
 // update. Every 20 steps the ranks save the run together (each its shard, rank 0 the manifest
-// that names them); with --resume they go on from the last save. On this machine:
+// that names them); a run that finds a save goes on from it (--resume: one must be there). Here:
 //   ampactor-launch --nproc 2 -- ./sharded_run --steps 40
 //   ampactor-launch --nproc 2 -- ./sharded_run --steps 60 --resume
 // On two machines, the same on each, with --nnodes 2 --node-rank R --master-addr A. On another
-// number of ranks, re-shard the save first: ampactor-ckpt reshard sharded_run --world M run-M.
+// number of ranks, re-shard the save first:
+//   ampactor-ckpt reshard sharded_run.ckpt --world M run-M
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
@@ -18,10 +19,10 @@
 #include <iostream>
 #include <string>
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int steps = 60;
   bool resume = false;
-  std::string ckpt = "sharded_run";
+  std::string ckpt = "sharded_run.ckpt";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--resume") {
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
   const auto run =
       ampactor::RunParts().model(model.get()).optimizer(&opt).scaler(&scaler).pipeline(&pipe);
   // Every rank loads, and saves, together: rank 0 reads the manifest, each rank its shard.
-  const int first = resume ? int(ampactor::load_run(ckpt, run)) + 1 : 0;
+  const int first =
+      int(resume ? ampactor::load_run(ckpt, run) : ampactor::resume_run(ckpt, run)) + 1;
 
   torch::manual_seed(1);
   const at::Tensor w_true = torch::randn({32, 1});
@@ -79,4 +81,9 @@ int main(int argc, char** argv) {
             << ", scale " << scaler.get_scale() << ", weight sum " << std::setprecision(17) << sum
             << ", masters " << mine << " of " << all << "\n";
   return 0;
+} catch (const ampactor::ScalerError& e) {
+  // Said, and told to torchrun's summary where it runs this; an exit code, not an abort.
+  std::cerr << "sharded_run: " << e.what() << std::endl;
+  ampactor::dist::report_failure(e.what());
+  return 1;
 }

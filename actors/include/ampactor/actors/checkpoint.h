@@ -59,12 +59,22 @@ void save_run(const std::string& path, const RunParts& parts, std::int64_t step)
 /// fused ones); if any part refuses, every part is as it was. A part of `parts` the file lacks
 /// is refused too; one in the file that `parts` leaves out is not read (the model alone, for
 /// evaluation). Errors: ScalerError(errc::bad_checkpoint) naming the part. Returns the saved
-/// step. With a pipeline that shards its optimizer state, `path` is the manifest and it is a
+/// step. With a scaler that has ranks (data parallel, unsharded), every rank loads its own copy
+/// of `path` and the ranks agree before anything changes: a rank that cannot load it, or whose
+/// copy holds another step or another model (a digest of its tensors), is refused on every rank,
+/// naming it.
+/// With a pipeline that shards its optimizer state, `path` is the manifest and it is a
 /// collective: rank 0 reads the manifest and every rank gets it, each checks its shard file
 /// (size, digest) and its parts, then the ranks agree: if any refuses, every rank throws naming
 /// that rank and its reason, and none loads anything. Another world size is refused (re-shard
 /// with reshard_run); so is a manifest given to an unsharded pipeline (consolidate_run).
 std::int64_t load_run(const std::string& path, const RunParts& parts);
+/// load_run where there is a checkpoint to resume, for a program that a launcher may restart:
+/// returns the saved step, or -1 where there is none (nothing changed). With ranks (the scaler's,
+/// or a sharded pipeline's) it is a collective and one decision: every rank loads, or none; a
+/// checkpoint that only some ranks have (another host's disk) is refused on every rank naming
+/// them, ScalerError(errc::bad_checkpoint). A sharded run's manifest is rank 0's to find.
+std::int64_t resume_run(const std::string& path, const RunParts& parts);
 
 torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
                                             const GradScaler& scaler);
