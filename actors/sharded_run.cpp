@@ -30,12 +30,14 @@ namespace {
   throw ScalerError(errc::bad_checkpoint, why);
 }
 
-std::string folder_of(const std::string& path) {
+}  // namespace
+
+std::string internal::folder_of(const std::string& path) {
   const fs::path parent = fs::path(path).parent_path();
   return parent.empty() ? "." : parent.string();
 }
 
-}  // namespace
+using internal::folder_of;
 
 std::string ShardManifest::shard_path(const std::string& manifest_path, int rank) const {
   return (fs::path(folder_of(manifest_path)) / shards.at(std::size_t(rank)).file).string();
@@ -64,7 +66,7 @@ bool is_manifest(const std::string& path) {
   return in && c == '{';
 }
 
-namespace {
+namespace internal {
 
 /// The manifest in `text` (read from `path`), checked for form.
 ShardManifest parse_manifest(const std::string& text, const std::string& path) {
@@ -110,10 +112,10 @@ ShardManifest parse_manifest(const std::string& text, const std::string& path) {
   return m;
 }
 
-}  // namespace
+}  // namespace internal
 
 /// The text of the manifest at `path`, read once; anything but a manifest refused.
-std::string manifest_text(const std::string& path) {
+std::string internal::manifest_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) refuse("cannot open the manifest '" + path + "': " + std::strerror(errno));
   std::ostringstream o;
@@ -128,7 +130,7 @@ std::string manifest_text(const std::string& path) {
 }
 
 ShardManifest read_manifest(const std::string& path) {
-  return parse_manifest(manifest_text(path), path);
+  return internal::parse_manifest(internal::manifest_text(path), path);
 }
 
 std::string file_digest(const std::string& path, std::uint64_t* bytes) {
@@ -156,7 +158,7 @@ std::string file_digest(const std::string& path, std::uint64_t* bytes) {
   return std::string("fnv1a64w:") + hex;
 }
 
-namespace {
+namespace internal {
 
 /// "" if rank r's shard file is there with the size and digest recorded, else what differs.
 std::string shard_problem(const ShardManifest& m, const std::string& path, int r) {
@@ -182,12 +184,12 @@ std::string shard_problem(const ShardManifest& m, const std::string& path, int r
   return "";
 }
 
-}  // namespace
+}  // namespace internal
 
 ShardManifest check_sharded_run(const std::string& path) {
   ShardManifest m = read_manifest(path);
   for (int r = 0; r < m.world; ++r)
-    if (const std::string p = shard_problem(m, path, r); !p.empty())
+    if (const std::string p = internal::shard_problem(m, path, r); !p.empty())
       refuse("sharded checkpoint '" + path + "': rank " + std::to_string(r) + ": " + p);
   return m;
 }
@@ -302,8 +304,23 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   });
   const std::vector<std::string> entries =
       gather_strings(ranks, digest + " " + std::to_string(bytes));
+  // A copy of each shard on its buddy's host, so that one lost host loses none.
+  const Replicas rep = plan_replicas(ranks, RunAccess::replicas(pipe));
+  const int from = (rank - rep.by + world) % world;
+  if (rep.by) {
+    const std::string theirs =
+        (fs::path(folder_of(path)) / shard_name(base, step, from, world)).string();
+    agree(ranks,
+          exchange_replicas(
+              ranks, rep.by, file, theirs,
+              entries[std::size_t(from)].substr(0, entries[std::size_t(from)].find(' '))),
+          [&](int r) {
+            return "save_run '" + path + "': rank " + std::to_string(r) +
+                   " could not write its buddy's shard, so no manifest was written";
+          });
+  }
   std::string manifest_error;
-  if (rank == 0) {
+  if (rank == 0 || rep.writes_manifest) {
     ShardManifest m;
     const ShardLayout& layout = RunAccess::layout(pipe);
     m.step = step;
@@ -325,9 +342,11 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
       manifest_error = e.what();
     }
   }
-  agree(ranks, manifest_error,
-        [&](int) { return "save_run: rank 0 could not write the manifest '" + path + "'"; });
+  agree(ranks, manifest_error, [&](int r) {
+    return "save_run: rank " + std::to_string(r) + " could not write the manifest '" + path + "'";
+  });
   remove_older(path, step, rank, world);
+  if (rep.by) remove_older(path, step, from, world);
 }
 
 std::int64_t load_sharded_run(
@@ -350,11 +369,15 @@ std::int64_t load_sharded_run(
   text = gather_strings(ranks, text)[0];
   if (!text.empty() && text[0] == '\0') refuse("load_run: " + text.substr(1));
   const ShardManifest m = parse_manifest(text, path);
-  if (m.world != world)
-    refuse("load_run: '" + path + "' holds a run sharded over " + std::to_string(m.world) +
-           " ranks, this one has " + std::to_string(world) + ": re-shard it first (ampactor-ckpt " +
-           "reshard " + path + " --world " + std::to_string(world) + " OUT)");
   const ShardLayout& layout = RunAccess::layout(pipe);
+  if (m.world != world) {
+    if (m.numels != layout.numels() || m.granule != layout.granule() ||
+        m.shapes != RunAccess::shapes(pipe))
+      refuse("load_run: '" + path + "' holds another model's shards (" + m.layout().str() +
+             "), this pipeline's are " + layout.str());
+    // Saved on another number of ranks (a restart with fewer, after a lost host): re-sharded.
+    return load_resharded(path, text, ranks, load_file);
+  }
   if (m.layout() != layout || m.shapes != RunAccess::shapes(pipe))
     refuse("load_run: '" + path + "' holds another model's shards (" + m.layout().str() +
            "), this pipeline's are " + layout.str());

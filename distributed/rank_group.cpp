@@ -213,6 +213,29 @@ class C10dRanks final : public RankGroup {
     gathered.copy_(out);
   }
 
+  void shift(const at::Tensor& mine, int by, at::Tensor& theirs) override {
+    refuse_after_failure();
+    check_shift(*this, mine, by);
+    const int to = (rank_ + by) % size_, from = (rank_ - by + size_) % size_;
+    // Its length, then its bytes: a send and a receive in flight at once, so no ring waits.
+    at::Tensor len = at::empty({1}, at::kLong), their_len = at::empty({1}, at::kLong);
+    len.fill_(mine.numel());
+    std::vector<at::Tensor> out{len}, in{their_len};
+    run("the shards' exchange", [&] {
+      auto s = pg_->send(out, to, 1);
+      pg_->recv(in, from, 1)->wait(options_.timeout());
+      s->wait(options_.timeout());
+    });
+    theirs = at::empty({their_len.item<std::int64_t>()}, at::kByte);
+    std::vector<at::Tensor> data{mine.numel() ? mine : at::empty({1}, at::kByte)},
+        got{theirs.numel() ? theirs : at::empty({1}, at::kByte)};
+    run("the shards' exchange", [&] {
+      auto s = pg_->send(data, to, 2);
+      pg_->recv(got, from, 2)->wait(options_.timeout());
+      s->wait(options_.timeout());
+    });
+  }
+
   void fail(const std::string& why) noexcept override {
     failed_ = true;
     report_failure("rank " + std::to_string(rank_) + " failed: " + why);

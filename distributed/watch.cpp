@@ -177,6 +177,7 @@ std::string Watch::diagnose(const std::string& error) {
   };
   // A call to a stopped store waits the whole timeout, and one that is gone has nothing to say.
   if (auto s = store_host_down(); !s.empty()) return with_stall(with_first(s));
+  if (auto s = store_silent(); !s.empty()) return with_stall(with_first(s));
   try {
     // Alive and aware: no other rank's diagnosis may take this one for the culprit.
     store_->set(key("survivor", rank_), bytes_of("1"));
@@ -216,6 +217,14 @@ void Watch::leave(bool for_hung) noexcept {
     auto deadline = start + timeout;
     std::vector<std::int64_t> beats(static_cast<std::size_t>(size_), -1);
     std::vector<clock::time_point> changed(static_cast<std::size_t>(size_), start);
+    {
+      // Found silent for ten periods already: waited for only if they beat again.
+      std::lock_guard<std::mutex> lock(silent_mu_);
+      for (const int r : found_silent_) {
+        beats[std::size_t(r)] = store_->add(key("heartbeat", r), 0);
+        changed[std::size_t(r)] = start - hb * 10;
+      }
+    }
     while (clock::now() < deadline) {
       bool waiting = false;
       for (int r = 1; r < size_; ++r) {
@@ -250,7 +259,9 @@ void Watch::beat(const std::shared_ptr<Heart>& h) {
   while (!h->stop) {
     lock.unlock();
     try {
+      h->calling_since = ns_of(clock::now());
       h->store->add(h->key, 1);
+      h->calling_since = 0;
       bool known = false;
       {
         std::lock_guard<std::mutex> l(h->mu);
@@ -318,6 +329,17 @@ bool Watch::mine(const std::string& failure) const {
   return failure.rfind("rank " + std::to_string(rank_) + " ", 0) == 0;
 }
 
+/// The store's host, seen gone from this rank's heartbeat, which has waited for it ten periods.
+std::string Watch::store_silent() const {
+  const std::int64_t since = heart_->calling_since;
+  if (since == 0 || (rank_ == 0 && rank0_hosts_)) return {};
+  const auto waited = std::chrono::nanoseconds(ns_of(clock::now()) - since);
+  if (waited < options_.heartbeat() * 10) return {};
+  return "the store" + (where_.empty() ? "" : " at " + where_) + " has not answered for " +
+         ms_of(waited) + ": " + store_host() +
+         " is gone or unreachable (its host lost, or the link to it cut)";
+}
+
 std::string Watch::said_failed() {
   // The first to fail, where known: the others may have failed because of it.
   if (store_->check({kFirstFailure}))
@@ -338,6 +360,10 @@ std::string Watch::silent(const std::vector<std::int64_t>& before) {
       continue;
     const std::string rank = "rank " + std::to_string(r);
     const auto s = state_of(r);
+    {
+      std::lock_guard<std::mutex> lock(silent_mu_);
+      found_silent_.push_back(r);
+    }
     std::string what;
     if (store_->check({key("left", r)}))
       what = rank + " has left (its group was destroyed: its run ended or it gave up)";

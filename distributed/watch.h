@@ -84,6 +84,9 @@ class Watch {
     std::chrono::milliseconds period;
     // Its sleep: a sleep that overran by far means the process was stopped.
     std::atomic<std::int64_t> sleeping_since{0}, stalled_ms{0}, stall_end{0};
+    // Since when its store call has been waiting (0: none): a store that does not answer for
+    // ten periods is one a failing rank need not ask (a lost host, a cut link).
+    std::atomic<std::int64_t> calling_since{0};
     std::mutex mu;
     std::condition_variable cv;
     bool stop = false, done = false;
@@ -102,6 +105,7 @@ class Watch {
   [[noreturn]] void refuse_all(const std::string& why);
   [[noreturn]] void refused(const std::string& why);
   std::string store_host() const;
+  std::string store_silent() const;
   Place::State state_of(int r) const;
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -109,7 +113,9 @@ class Watch {
   DistOptions options_;
   std::string where_;
   bool rank0_hosts_ = true;
-  std::vector<Place> places_;  // empty until joined
+  std::mutex silent_mu_;
+  std::vector<int> found_silent_;  // the ranks a diagnosis found silent: leave() waits not
+  std::vector<Place> places_;      // empty until joined
   std::atomic<bool> left_{false};
   std::shared_ptr<Heart> heart_;
   std::thread beating_;

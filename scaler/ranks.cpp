@@ -2,6 +2,11 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/scaler/ranks.h>
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace ampactor {
@@ -43,6 +48,35 @@ void RankGroup::reduce_scatter(at::Tensor& part, const std::vector<std::int64_t>
   check_reduce_scatter(*this, part, bounds);
   std::vector<at::Tensor> whole{part};
   average(whole, max_values, n);
+}
+
+void check_shift(const RankGroup& ranks, const at::Tensor& mine, int by) {
+  if (mine.scalar_type() != at::kByte || mine.dim() != 1 || !mine.is_contiguous() ||
+      !mine.device().is_cpu())
+    throw ScalerError(errc::protocol_misuse,
+                      "RankGroup::shift: a contiguous 1-D kByte tensor on the CPU");
+  if (by < 1 || by >= ranks.size())
+    throw ScalerError(errc::protocol_misuse, "RankGroup::shift: by=" + std::to_string(by) +
+                                                 " is not in [1, " + std::to_string(ranks.size()) +
+                                                 ")");
+}
+
+void RankGroup::shift(const at::Tensor& mine, int by, at::Tensor& theirs) {
+  check_shift(*this, mine, by);
+  const int n = size(), from = (rank() - by + n) % n;
+  // Every rank's length first, then every rank's bytes padded to the longest.
+  at::Tensor len = at::empty({8}, at::kByte), lens = at::empty({8 * n}, at::kByte);
+  const std::int64_t mine_len = mine.numel();
+  std::memcpy(len.data_ptr(), &mine_len, 8);
+  all_gather(len, lens);
+  std::vector<std::int64_t> each(static_cast<std::size_t>(n));
+  std::memcpy(each.data(), lens.data_ptr(), 8 * std::size_t(n));
+  const std::int64_t most = std::max<std::int64_t>(1, *std::max_element(each.begin(), each.end()));
+  at::Tensor padded = at::zeros({most}, at::kByte);
+  padded.narrow(0, 0, mine_len).copy_(mine);
+  at::Tensor all = at::empty({most * n}, at::kByte);
+  all_gather(padded, all);
+  theirs = all.narrow(0, most * from, each[std::size_t(from)]).clone();
 }
 
 }  // namespace ampactor

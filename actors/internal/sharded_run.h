@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ampactor/actors/async_optimizer.h>
+#include <ampactor/actors/sharded_checkpoint.h>
 
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,9 @@ struct RunAccess {
   static const ShardLayout& layout(const AsyncOptimizer& pipe);
   /// The model parameters' shapes, in the layout's order.
   static std::vector<std::vector<std::int64_t>> shapes(const AsyncOptimizer& pipe);
+  static ShardReplicas replicas(const AsyncOptimizer& pipe) {
+    return pipe.options_.shard_replicas();
+  }
 };
 
 /// Rank r's shard file of a save at `step` to BASE (the manifest's file name):
@@ -58,6 +62,36 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
 /// does, calling agree before it changes anything.
 std::int64_t load_sharded_run(
     const std::string& path, const RunParts& parts,
+    const std::function<std::int64_t(const std::string&, const AgreeFn&)>& load_file);
+
+/// The manifest in `text` (read from `path`), checked for form.
+ShardManifest parse_manifest(const std::string& text, const std::string& path);
+/// The text of the manifest at `path`; anything but a manifest refused.
+std::string manifest_text(const std::string& path);
+/// "" if rank r's shard file is beside `path` with the size and digest recorded, else what
+/// differs.
+std::string shard_problem(const ShardManifest& m, const std::string& path, int r);
+/// The folder of `path` ("." for a bare name).
+std::string folder_of(const std::string& path);
+
+/// A sharded save's replicas (AsyncOptimizerOptions::shard_replicas): the ring shift that puts
+/// each rank's buddy on another host (0: none), and whether this rank writes the manifest too
+/// (the first rank of each host but rank 0's). A collective (the ranks' host names).
+struct Replicas {
+  int by = 0;
+  bool writes_manifest = false;
+};
+Replicas plan_replicas(RankGroup& ranks, ShardReplicas mode);
+/// Sends this rank's shard file `mine` to its buddy and writes the one it receives (rank
+/// `from`'s, of `expected_digest`) beside it as `theirs`; this rank's error, or "".
+std::string exchange_replicas(RankGroup& ranks, int by, const std::string& mine,
+                              const std::string& theirs, const std::string& expected_digest);
+/// load_run of a save made on another number of ranks: the shards this rank's disk holds
+/// (its own, or a buddy's replica) sent to every rank, each re-sharding them to its world as
+/// reshard_run does, then loading its shard through load_file. A shard no rank holds: every rank
+/// refuses naming it.
+std::int64_t load_resharded(
+    const std::string& path, const std::string& manifest, RankGroup& ranks,
     const std::function<std::int64_t(const std::string&, const AgreeFn&)>& load_file);
 
 }  // namespace ampactor::internal

@@ -115,8 +115,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "shard_optimizer_state: a missing or altered shard, or another world size, is refused on every "
-    "rank naming the rank and the reason, and no rank loads") {
+    "shard_optimizer_state: a missing or altered shard, on this world size or another, is refused "
+    "on every rank naming the rank and the reason, and no rank loads") {
   const fs::path dir = fresh("shard-refused");
   const std::string ckpt = (dir / "run").string();
   std::vector<std::string> args = {"--path", "pipeline", "--staleness",  "0",   "--steps",
@@ -162,12 +162,16 @@ TEST_CASE(
     fs::copy_file(d / "run.step3.rank0-of-2", d / "run.step3.rank1-of-2",
                   fs::copy_options::overwrite_existing);
   });
-  refused("world", 4, "holds a run sharded over 2 ranks, this one has 4: re-shard it first",
-          [](const fs::path&) {});
+  // On another number of ranks the save is re-sharded, which needs every shard.
+  refused("world", 4,
+          "the save at step 3 was sharded over 2 ranks, and rank 1's shard is whole on none of "
+          "these 4 (its shard file 'DIR/run.step3.rank1-of-2' is missing",
+          [](const fs::path& d) { fs::remove(d / "run.step3.rank1-of-2"); });
 }
 
 TEST_CASE(
-    "ampactor-ckpt: a run saved on 4 ranks resumes re-sharded on 2 and consolidated on one "
+    "ampactor-ckpt: a run saved on 4 ranks resumes re-sharded on 2 (by the tool, or by load_run "
+    "itself) and consolidated on one "
     "process with the same trajectory, an unsharded save resumes sharded, and a re-shard round "
     "trip changes no byte") {
   // The exact model: 4 ranks of 8 samples, 2 of 16 and one of 32 average the same floats.
@@ -194,6 +198,12 @@ TEST_CASE(
   REQUIRE_MESSAGE(resumed2.code == 0, resumed2.log);
   CHECK(from_iteration(resumed2.ranks[0], 0) == reference);
   CHECK(from_iteration(resumed2.ranks[1], 0) == reference);
+  // load_run on 2 ranks of the 4-rank save itself: re-sharded inside, the same run.
+  auto direct = on_two;
+  direct.back() = ckpt;
+  const Run resumed_direct = launch("resumed-direct", 2, direct);
+  REQUIRE_MESSAGE(resumed_direct.code == 0, resumed_direct.log);
+  CHECK(resumed_direct.ranks == resumed2.ranks);
 
   std::tie(code, said) = ckpt_tool({"consolidate", ckpt, one});
   REQUIRE_MESSAGE(code == 0, said);

@@ -6,6 +6,9 @@
 #   hosts:  ampactor-launch --nnodes 2 on two network-namespace hosts named as Debian names them
 #   mpirun: Open MPI's mpirun -np 2;  srun: srun -n 2 on a one-node Slurm started here
 #   torchrun: PyTorch's, from PyPI into OUT/../torch-venv, in each of its modes, and a restart
+#   lost-host: 4 sharded ranks on 2 namespace hosts, host 0's link cut mid-run; host 1's 2 ranks
+#     resume from their own disk (shards and buddies' replicas), re-sharded 4 -> 2, as
+#     ampactor-ckpt reshard would; prints the figures bench/results/distributed.md shows
 set -uo pipefail
 mode=$1 launch=$2 worker=$3 out=$4
 here=$(cd "$(dirname "$0")" && pwd)
@@ -110,9 +113,62 @@ case $mode in
       --ckpt "$out/restart/ckpt" >"$out/restart.log" 2>&1 || fail "the restart: $(cat "$out/restart.log")"
     same restart 5
     ;;
-  *) echo "usage: $0 hosts|mpirun|srun|torchrun LAUNCH WORKER OUT" >&2; exit 2 ;;
+  lost-host)
+    "$here/netns-hosts.sh" check || exit 77
+    name=lost$$
+    trap '"$here/netns-hosts.sh" down $name' EXIT
+    "$here/netns-hosts.sh" up $name 2 >/dev/null || fail "the hosts could not be made"
+    addr0=$("$here/netns-hosts.sh" addr $name 0)
+    ckpt_tool=$(dirname "$launch")/ampactor-ckpt
+    sharded=(--path pipeline --model mlp --shard --fused --adam --staleness 0 --steps 200
+      --save-every 5 --timeout-ms 3000)
+    mkdir -p "$out/A" "$out/B" "$out/ref" "$out/cut" "$out/resumed" "$out/reference"
+    now() { date +%s.%N; }
+    # Each host in a folder of its own, standing for its disk; the same relative path on both.
+    node() {  # node HOST: that host's 2 ranks of the 4
+      (cd "$out/$([ "$1" = 0 ] && echo A || echo B)" &&
+        exec "$here/netns-hosts.sh" exec $name "$1" "$launch" --nnodes 2 --node-rank "$1" \
+          --nproc 2 --master-addr "$addr0" --master-port "$port" --grace 5 -- \
+          "$worker" --out "$out/cut" "${sharded[@]}" --step-ms 50 --ckpt ckpt)
+    }
+    node 0 >"$out/cut0.log" 2>&1 & pid0=$!
+    node 1 >"$out/cut1.log" 2>&1 & pid1=$!
+    saved() { sed -n 's/^ *"step": \([0-9]*\),*/\1/p' "$out/B/ckpt" 2>/dev/null; }
+    for _ in $(seq 600); do [ "$(saved)" ] && [ "$(saved)" -ge 14 ] && break; sleep 0.1; done
+    [ "$(saved)" ] && [ "$(saved)" -ge 14 ] || fail "no save on host 1: $(cat "$out/cut1.log")"
+    "$here/netns-hosts.sh" cut $name 0 || fail "the link could not be cut"
+    cut_at=$(now)
+    wait $pid1; ended1=$(now)
+    wait $pid0; ended0=$(now)
+    step=$(saved)
+    last=$(tail -1 "$out/cut/rank2.txt" | cut -d' ' -f1)
+    # The reference: the survivors' disk re-sharded by the offline tool, before the restart saves.
+    "$ckpt_tool" reshard "$out/B/ckpt" --world 2 "$out/ref/ckpt" >"$out/reshard.log" 2>&1 ||
+      fail "ampactor-ckpt reshard: $(cat "$out/reshard.log")"
+    restart_at=$(now)
+    (cd "$out/B" && "$here/netns-hosts.sh" exec $name 1 "$launch" --nproc 2 --master-port 0 -- \
+      "$worker" --out "$out/resumed" "${sharded[@]}" --resume-any --ckpt ckpt) \
+      >"$out/resumed.log" 2>&1 & pid=$!
+    for _ in $(seq 600); do [ -s "$out/resumed/rank0.txt" ] && break; sleep 0.05; done
+    first_step=$(now)
+    wait $pid || fail "the survivors did not resume: $(cat "$out/resumed.log")"
+    "$launch" --nproc 2 --master-port 0 -- "$worker" --out "$out/reference" "${sharded[@]}" \
+      --resume --ckpt "$out/ref/ckpt" >"$out/reference.log" 2>&1 ||
+      fail "the reference run: $(cat "$out/reference.log")"
+    for r in 0 1; do
+      cmp -s "$out/reference/rank$r.txt" "$out/resumed/rank$r.txt" ||
+        fail "rank $r's resumed run differs from ampactor-ckpt reshard's"
+    done
+    [ "$(head -1 "$out/resumed/rank0.txt" | cut -d' ' -f1)" = $((step + 1)) ] ||
+      fail "the survivors did not resume after the last save (step $step)"
+    lost=$((last - step))
+    [ $lost -le 5 ] || fail "$lost steps lost, more than the save interval (5)"
+    awk -v c="$cut_at" -v e0="$ended0" -v e1="$ended1" -v r="$restart_at" -v f="$first_step" \
+      -v s="$step" -v l="$lost" 'BEGIN { printf "lost-host: cut to exit %.1f s (host 0), %.1f s (host 1); restart to first resumed step %.1f s; save at %d, %d steps lost (timeout 3 s)\n", e0 - c, e1 - c, f - r, s, l }'
+    ;;
+  *) echo "usage: $0 hosts|mpirun|srun|torchrun|lost-host LAUNCH WORKER OUT" >&2; exit 2 ;;
 esac
-[ "$mode" = torchrun ] || for r in 0 1; do
+[ "$mode" = torchrun ] || [ "$mode" = lost-host ] || for r in 0 1; do
   cmp -s "$out/one/rank$r.txt" "$out/run/rank$r.txt" ||
     fail "rank $r differs from one host's: $(diff "$out/one/rank$r.txt" "$out/run/rank$r.txt" | head -5)"
 done

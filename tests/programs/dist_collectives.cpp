@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/remainder.h>
 
 #include <cmath>
 #include <string>
@@ -119,6 +120,31 @@ void check_collectives(RankGroup& ranks, std::ostream& out) {
       wrong = "refused with " + std::string(e.what());
   }
   say(out, "refused", wrong);
+
+  // shift: rank r's bytes (r x 3 + 1 of them, rank 0's none) to each rank `by` on, by the
+  // group's own sends and by RankGroup's default (all-gathered); every shift of the ring.
+  const auto bytes_of = [](int r) {
+    const std::int64_t n = r == 0 ? 0 : r * 3 + 1;
+    return at::arange(n, at::kLong).add(r * 7).remainder(256).to(at::kByte);
+  };
+  wrong.clear();
+  for (int by = 1; by < size && wrong.empty(); ++by) {
+    const int from = (rank - by + size) % size;
+    at::Tensor got, got_default;
+    ranks.shift(bytes_of(rank), by, got);
+    ranks.RankGroup::shift(bytes_of(rank), by, got_default);
+    if (!same_bits(got, bytes_of(from)) || !same_bits(got_default, bytes_of(from)))
+      wrong = "by " + std::to_string(by) + ": not rank " + std::to_string(from) + "'s bytes";
+  }
+  for (const int by : {0, size})
+    try {
+      at::Tensor got;
+      ranks.shift(bytes_of(rank), by, got);
+      wrong = "by " + std::to_string(by) + " not refused";
+    } catch (const ScalerError& e) {
+      if (e.code() != errc::protocol_misuse) wrong = e.what();
+    }
+  say(out, "shift", wrong);
 }
 
 }  // namespace ampactor::test

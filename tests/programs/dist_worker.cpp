@@ -34,6 +34,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace {
@@ -51,6 +52,11 @@ struct Settings {
   bool print_model = false;             // the "param" lines from the model, not the masters
   bool cuda = false;                    // the model on the GPU, the masters on the CPU
   int save_at = -1;                     // pipeline: save the run after this iteration
+  int save_every = 0;                   // ... and after every N-th (0: none)
+  std::string replicas = "auto";        // shard_replicas: auto | off | buddy
+  int step_ms = 0;                      // a pause per iteration, for a fault to land mid-run
+  int width = 0;                        // mlp: a hidden layer of width x width (0: 8-16-4)
+  bool time_saves = false;              // say how long the saves took, in all
   std::string ckpt;                     // ... into CKPT (--shard: its manifest); --resume: load it
   bool resume = false;
   bool resume_any = false;          // resume_run: load where a checkpoint is, else start afresh
@@ -89,6 +95,12 @@ void add_options(CLI::App& app, Settings& s, std::vector<std::string>& inf_at,
   app.add_flag("--print-model", s.print_model, "the param lines from the model's weights");
   app.add_flag("--cuda", s.cuda, "pipeline: the model on the GPU, master_device(kCPU)");
   app.add_option("--save-at", s.save_at, "pipeline: save_run after this iteration (--ckpt)");
+  app.add_option("--save-every", s.save_every, "pipeline: save_run after every N-th iteration");
+  app.add_option("--replicas", s.replicas, "shard_replicas: auto | off | buddy")
+      ->check(CLI::IsMember({"auto", "off", "buddy"}));
+  app.add_option("--step-ms", s.step_ms, "a pause of this many ms in each iteration");
+  app.add_option("--width", s.width, "mlp: a hidden layer of width x width");
+  app.add_flag("--time-saves", s.time_saves, "print the saves' count and time to stderr");
   app.add_option("--ckpt", s.ckpt, "the checkpoint's path (CKPT.rank<R>.pt unsharded)");
   app.add_flag("--resume", s.resume, "pipeline: load_run from --ckpt first, go on after it");
   app.add_flag("--abort-on-failure", s.abort_on_failure, "an error aborts, as an uncaught one");
@@ -135,7 +147,7 @@ std::pair<at::Tensor, at::Tensor> samples(int k, std::int64_t first, std::int64_
 }
 
 /// The model, seeded alike on every rank.
-torch::nn::Sequential make_net(const std::string& model) {
+torch::nn::Sequential make_net(const std::string& model, int width) {
   torch::manual_seed(7);
   torch::nn::Sequential net;
   if (model == "exact") {
@@ -143,6 +155,12 @@ torch::nn::Sequential make_net(const std::string& model) {
     torch::NoGradGuard ng;
     for (auto& p : net->parameters())
       p.copy_(at::randint(-8, 9, p.sizes()).to(at::kFloat) / 8);
+  } else if (width > 0) {  // a wider one, with a hidden layer of width x width
+    net->push_back(torch::nn::Linear(8, width));
+    net->push_back(torch::nn::Functional([](at::Tensor t) { return at::tanh(t); }));
+    net->push_back(torch::nn::Linear(width, width));
+    net->push_back(torch::nn::Functional([](at::Tensor t) { return at::tanh(t); }));
+    net->push_back(torch::nn::Linear(width, 4));
   } else {
     net->push_back(torch::nn::Linear(8, 16));
     net->push_back(torch::nn::Functional([](at::Tensor t) { return at::tanh(t); }));
@@ -192,7 +210,10 @@ Stepper make_stepper(const Settings& s, int rank, torch::nn::Sequential& net,
                    .defer_grad_move(s.defer || s.defer_move)
                    .overlap_backward(s.overlap)
                    .bucket_bytes(s.bucket_bytes)
-                   .shard_optimizer_state(s.shard || (rank == 1 && s.odd_shard));
+                   .shard_optimizer_state(s.shard || (rank == 1 && s.odd_shard))
+                   .shard_replicas(s.replicas == "off"     ? ampactor::ShardReplicas::off
+                                   : s.replicas == "buddy" ? ampactor::ShardReplicas::buddy
+                                                           : ampactor::ShardReplicas::automatic);
       if (s.clip > 0) o.clip_grad_norm(s.clip);
       if (s.cuda) o.master_device(at::Device(at::kCPU));
       st.pipe = std::make_unique<ampactor::AsyncOptimizer>(net->parameters(), *st.actor, o);
@@ -279,7 +300,7 @@ struct Worker {
     if (st.pipe) st.pipe->sync();
     out << " " << st.actor->wait_result(it).skipped();
     if (st.pipe && s.clip > 0) out << " " << st.pipe->grad_norm();
-    out << "\n";
+    out << std::endl;  // whole lines, for a test that watches the run
   }
 
   /// Unsharded, each rank its own file (CKPT itself with --single); sharded, the manifest.
@@ -294,6 +315,9 @@ struct Worker {
         .pipeline(st.pipe.get());
   }
 
+  std::chrono::steady_clock::duration save_time{};
+  int saves = 0;
+
   void train() {
     int first = 0;
     if (s.resume) first = int(ampactor::load_run(ckpt(), parts())) + 1;
@@ -306,9 +330,18 @@ struct Worker {
         step_local(k, l);
       else
         step_actor(k, l);
-      if (k == s.save_at) ampactor::save_run(ckpt(), parts(), k);
+      if (k == s.save_at || (s.save_every > 0 && (k + 1) % s.save_every == 0)) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ampactor::save_run(ckpt(), parts(), k);
+        save_time += std::chrono::steady_clock::now() - t0;
+        ++saves;
+      }
+      if (s.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(s.step_ms));
     }
     if (st.pipe) st.pipe->sync();
+    if (s.time_saves)
+      std::cerr << "save-time rank " << rank << ": " << saves << " saves, "
+                << std::chrono::duration<double, std::milli>(save_time).count() << " ms\n";
   }
 
   /// The "param" lines: each parameter's floats in hex (the masters, with a pipeline).
@@ -340,7 +373,7 @@ void run(Settings& s, int rank, int shards, std::shared_ptr<ampactor::RankGroup>
   const std::shared_ptr<ampactor::RankGroup> ranks = counted;
   if (rank == 1 && s.odd_interval > 0) s.growth_interval = s.odd_interval;
   if (rank == 1 && !s.odd_policy.empty()) s.policy = s.odd_policy;
-  torch::nn::Sequential net = make_net(s.model);
+  torch::nn::Sequential net = make_net(s.model, s.width);
   if (s.cuda) net->to(torch::kCUDA);
   if (rank == 1 && s.odd_init_scale > 0) s.init_scale = s.odd_init_scale;
   Stepper st = make_stepper(s, rank, net, scaler_options(s, rank, ranks));

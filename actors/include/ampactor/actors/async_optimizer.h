@@ -54,6 +54,14 @@ struct RunAccess;
 /// Named options: AsyncOptimizerOptions().optimizer_threads(1).swap_weights(true). A setter
 /// refuses a bad value with ScalerError(errc::bad_option) and changes nothing; the combinations
 /// (swap_weights or defer_grad_move with staleness 0) are refused by AsyncOptimizer's constructor.
+/// Where a sharded run's save keeps a second copy of each rank's shard
+/// (AsyncOptimizerOptions::shard_replicas).
+enum class ShardReplicas {
+  automatic,  // on a buddy where the ranks run on more than one host, else none
+  off,        // none
+  buddy,      // on a buddy, on one host too (the next rank)
+};
+
 class AsyncOptimizerOptions {
   /// 1: iteration k+1 runs on the weights of step k-1 (the optimizer overlaps); 0: synchronous.
   AMPACTOR_ARG(int, staleness, 1);
@@ -137,6 +145,13 @@ class AsyncOptimizerOptions {
   /// must set it alike (checked at construction). save_run and load_run become collectives
   /// (<ampactor/actors/sharded_checkpoint.h>).
   AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
+  /// With shard_optimizer_state: save_run also writes each rank's shard on its buddy, the rank
+  /// `by` places on around the ring for the least `by` that puts every rank's buddy on another
+  /// host (by host name: local_world_size where each host runs as many ranks), and the manifest
+  /// on every host; so the survivors of one lost host hold every shard of the last save, and
+  /// load_run on fewer ranks re-shards it. Costs a shard's exchange and write per rank
+  /// (bench/results/distributed.md). automatic: where the ranks run on more than one host.
+  AMPACTOR_ARG_ANY(ShardReplicas, shard_replicas, ShardReplicas::automatic);
 };
 
 class AsyncOptimizer {

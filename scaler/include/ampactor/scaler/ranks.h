@@ -46,6 +46,12 @@ class RankGroup {
   /// length size() x mine's; rank r's at [r x n, (r + 1) x n)); `mine` may be this rank's part
   /// of `gathered` itself. Same calling rule and errors as all_max.
   virtual void all_gather(const at::Tensor& mine, at::Tensor& gathered) = 0;
+  /// A ring shift of bytes: `mine` (a contiguous 1-D kByte tensor, of any length) goes to rank
+  /// (rank() + by) % size(), and `theirs` becomes rank (rank() - by) % size()'s, resized to its
+  /// length. `by` in [1, size()), the same on every rank. Same calling rule and errors as
+  /// all_max. This default all-gathers every rank's bytes; ampactor::dist's group sends and
+  /// receives only these two.
+  virtual void shift(const at::Tensor& mine, int by, at::Tensor& theirs);
   /// Tells the other ranks that this one failed and why, so that their errors name it and its
   /// reason. Never throws.
   virtual void fail(const std::string& why) noexcept = 0;
@@ -73,6 +79,9 @@ class ForwardingRanks : public RankGroup {
   void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
     in_->all_gather(mine, gathered);
   }
+  void shift(const at::Tensor& mine, int by, at::Tensor& theirs) override {
+    in_->shift(mine, by, theirs);
+  }
   void fail(const std::string& why) noexcept override { in_->fail(why); }
   void require_same(const std::string& what, const std::string& text) override {
     in_->require_same(what, text);
@@ -94,6 +103,8 @@ std::vector<float> agreement_values(const RankGroup& ranks, bool local_found_inf
 /// The ranks whose flag is set in agreed values.
 std::vector<std::int32_t> ranks_that_found(const std::vector<float>& agreed);
 /// reduce_scatter's arguments, checked: ScalerError(errc::protocol_misuse) naming what is wrong.
+/// RankGroup::shift's checks (ScalerError(errc::protocol_misuse)), for its implementations.
+void check_shift(const RankGroup& ranks, const at::Tensor& mine, int by);
 void check_reduce_scatter(const RankGroup& ranks, const at::Tensor& part,
                           const std::vector<std::int64_t>& bounds);
 

@@ -1,0 +1,197 @@
+// A sharded run that survives a lost host: each rank's shard also kept by a buddy on another
+// host, and a save loaded on another number of ranks re-sharded inside load_run.
+#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/core/errors.h>
+#include <ampactor/scaler/ranks.h>
+#include "internal/sharded_run.h"
+
+#include <ATen/ops/from_blob.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace ampactor::internal {
+namespace {
+
+[[noreturn]] void refuse(const std::string& why) {
+  throw ScalerError(errc::bad_checkpoint, why);
+}
+
+std::string this_host() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse("cannot open '" + path + "': " + std::strerror(errno));
+  std::ostringstream o;
+  o << in.rdbuf();
+  if (in.bad()) refuse("cannot read '" + path + "'");
+  return o.str();
+}
+
+/// A folder of this rank's own beside `path`, removed with everything in it when done.
+struct Scratch {
+  std::string dir;
+  explicit Scratch(const std::string& path, int rank) {
+    std::string templ =
+        (fs::path(folder_of(path)) /
+         ("." + fs::path(path).filename().string() + ".reshard" + std::to_string(rank) + ".XXXXXX"))
+            .string();
+    if (!::mkdtemp(templ.data()))
+      refuse("load_run '" + path +
+             "': cannot make a folder to re-shard in beside it: " + std::strerror(errno));
+    dir = templ;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+/// `n` bytes to `path`, whole or not at all (a temporary file renamed over it), not flushed to
+/// the disk: a replica guards against the other host's loss, and this host's page cache keeps it
+/// for that; its own shard, the manifest and the original are flushed.
+void write_replica(const char* data, std::size_t n, const std::string& path) {
+  std::string tmp = path + ".replica.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) refuse("cannot create the replica '" + tmp + "': " + std::strerror(errno));
+  ::fchmod(fd, 0644);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t w = ::write(fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += std::size_t(w);
+  }
+  const int err = done < n ? errno : 0;
+  if (::close(fd) != 0 || err || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(err ? err : errno);
+    ::unlink(tmp.c_str());
+    refuse("cannot write the replica '" + path + "': " + why);
+  }
+}
+
+}  // namespace
+
+Replicas plan_replicas(RankGroup& ranks, ShardReplicas mode) {
+  Replicas r;
+  const int n = ranks.size();
+  if (mode == ShardReplicas::off || n < 2) return r;
+  const std::vector<std::string> hosts = gather_strings(ranks, this_host());
+  // The least shift that puts every rank's buddy on another host.
+  for (int by = 1; by < n && !r.by; ++by) {
+    bool all = true;
+    for (int i = 0; i < n && all; ++i)
+      all = hosts[std::size_t(i)] != hosts[std::size_t((i + by) % n)];
+    if (all) r.by = by;
+  }
+  if (!r.by && mode == ShardReplicas::buddy) r.by = 1;  // one host: the next rank
+  const int me = ranks.rank();
+  bool first_of_host = true;
+  for (int i = 0; i < me; ++i)
+    first_of_host = first_of_host && hosts[std::size_t(i)] != hosts[std::size_t(me)];
+  r.writes_manifest = r.by && me != 0 && first_of_host && hosts[0] != hosts[std::size_t(me)];
+  return r;
+}
+
+std::string exchange_replicas(RankGroup& ranks, int by, const std::string& mine,
+                              const std::string& theirs, const std::string& expected_digest) {
+  std::string bytes, error;
+  try {
+    bytes = read_file(mine);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Sent even when it could not be read (empty), so that the ring's pairs stay matched.
+  const at::Tensor out = at::from_blob(bytes.data(), {std::int64_t(bytes.size())}, at::kByte);
+  at::Tensor in;
+  ranks.shift(out, by, in);
+  if (!error.empty()) return error;
+  try {
+    write_replica(static_cast<const char*>(in.data_ptr()), std::size_t(in.numel()), theirs);
+    const std::string got = file_digest(theirs);
+    if (got != expected_digest)
+      return "the replica '" + theirs + "' has digest " + got + ", its rank's shard " +
+             expected_digest;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::int64_t load_resharded(
+    const std::string& path, const std::string& manifest, RankGroup& ranks,
+    const std::function<std::int64_t(const std::string&, const AgreeFn&)>& load_file) {
+  const ShardManifest m = parse_manifest(manifest, path);
+  const int me = ranks.rank(), world = ranks.size();
+  // Which of the save's shards this rank's disk holds, whole (its own, or a buddy's replica).
+  std::string holds(std::size_t(m.world), '0');
+  for (int r = 0; r < m.world; ++r)
+    if (shard_problem(m, path, r).empty()) holds[std::size_t(r)] = '1';
+  const std::vector<std::string> all = gather_strings(ranks, holds);
+  std::vector<int> holder(std::size_t(m.world), -1);
+  for (int r = 0; r < m.world; ++r)
+    for (int q = 0; q < world && holder[std::size_t(r)] < 0; ++q)
+      if (all[std::size_t(q)][std::size_t(r)] == '1') holder[std::size_t(r)] = q;
+  for (int r = 0; r < m.world; ++r)
+    if (holder[std::size_t(r)] < 0)
+      refuse("load_run '" + path + "': the save at step " + std::to_string(m.step) +
+             " was sharded over " + std::to_string(m.world) + " ranks, and rank " +
+             std::to_string(r) + "'s shard is whole on none of these " + std::to_string(world) +
+             " (" + shard_problem(m, path, r) +
+             "): a lost host's shards survive only as replicas (shard_replicas)");
+  // Every shard to every rank (its holder sends it), then each re-shards as reshard_run does:
+  // the ranks' results are the same bytes.
+  Scratch scratch(path, me);
+  const std::string base = fs::path(path).filename().string();
+  const std::string copy = (fs::path(scratch.dir) / base).string();
+  std::string error;
+  for (int r = 0; r < m.world; ++r) {
+    std::string bytes;
+    if (holder[std::size_t(r)] == me) try {
+        bytes = read_file(m.shard_path(path, r));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    bytes = gather_strings(ranks, bytes)[std::size_t(holder[std::size_t(r)])];
+    if (error.empty()) try {
+        save_text_atomically(bytes, m.shard_path(copy, r));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+  }
+  const std::string resharded = (fs::path(scratch.dir) / "resharded").string();
+  if (error.empty()) try {
+      save_text_atomically(manifest, copy);
+      reshard_run(copy, world, resharded);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  agree(ranks, error, [&](int r) {
+    return "load_run '" + path + "': rank " + std::to_string(r) + " could not re-shard the save";
+  });
+  const ShardManifest n = read_manifest(resharded);
+  return load_file(n.shard_path(resharded, me),
+                   [&](const std::string& e, std::int64_t, std::uint64_t) {
+                     agree(ranks, e, [&](int r) {
+                       return "load_run '" + path + "': rank " + std::to_string(r) +
+                              " refused its re-sharded shard, so no rank loaded";
+                     });
+                   });
+}
+
+}  // namespace ampactor::internal
