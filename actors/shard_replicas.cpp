@@ -27,18 +27,14 @@ namespace {
   throw ScalerError(errc::bad_checkpoint, why);
 }
 
-std::string this_host() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
-}
-
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) refuse("cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream o;
-  o << in.rdbuf();
-  if (in.bad()) refuse("cannot read '" + path + "'");
-  return o.str();
+  std::string bytes(std::size_t(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  if (!in) refuse("cannot read '" + path + "'");
+  return bytes;
 }
 
 /// A folder of this rank's own beside `path`, removed with everything in it when done.
@@ -87,11 +83,15 @@ void write_replica(const char* data, std::size_t n, const std::string& path) {
 
 }  // namespace
 
-Replicas plan_replicas(RankGroup& ranks, ShardReplicas mode) {
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
+}
+
+Replicas plan_replicas(const std::vector<std::string>& hosts, int me, ShardReplicas mode) {
   Replicas r;
-  const int n = ranks.size();
+  const int n = int(hosts.size());
   if (mode == ShardReplicas::off || n < 2) return r;
-  const std::vector<std::string> hosts = gather_strings(ranks, this_host());
   // The least shift that puts every rank's buddy on another host.
   for (int by = 1; by < n && !r.by; ++by) {
     bool all = true;
@@ -100,7 +100,6 @@ Replicas plan_replicas(RankGroup& ranks, ShardReplicas mode) {
     if (all) r.by = by;
   }
   if (!r.by && mode == ShardReplicas::buddy) r.by = 1;  // one host: the next rank
-  const int me = ranks.rank();
   bool first_of_host = true;
   for (int i = 0; i < me; ++i)
     first_of_host = first_of_host && hosts[std::size_t(i)] != hosts[std::size_t(me)];
@@ -122,11 +121,12 @@ std::string exchange_replicas(RankGroup& ranks, int by, const std::string& mine,
   ranks.shift(out, by, in);
   if (!error.empty()) return error;
   try {
-    write_replica(static_cast<const char*>(in.data_ptr()), std::size_t(in.numel()), theirs);
-    const std::string got = file_digest(theirs);
+    const auto* data = static_cast<const char*>(in.data_ptr());
+    const std::string got = bytes_digest(data, std::size_t(in.numel()));
     if (got != expected_digest)
       return "the replica '" + theirs + "' has digest " + got + ", its rank's shard " +
              expected_digest;
+    write_replica(data, std::size_t(in.numel()), theirs);
   } catch (const std::exception& e) {
     return e.what();
   }

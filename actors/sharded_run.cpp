@@ -133,29 +133,59 @@ ShardManifest read_manifest(const std::string& path) {
   return internal::parse_manifest(internal::manifest_text(path), path);
 }
 
-std::string file_digest(const std::string& path, std::uint64_t* bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) refuse("cannot open '" + path + "': " + std::strerror(errno));
-  constexpr std::uint64_t prime = 1099511628211ULL;
+namespace {
+
+/// file_digest's state: FNV-1a over 64-bit words (the tail zero-padded), then the length.
+struct WordDigest {
   std::uint64_t h = 14695981039346656037ULL, n = 0;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    const std::size_t got = std::size_t(in.gcount());
-    std::memset(buf.data() + got, 0, (8 - got % 8) % 8);  // the tail, zero-padded
+  static constexpr std::uint64_t prime = 1099511628211ULL;
+  /// `got` bytes at `p`, a whole number of words but for the last call; p has room to pad.
+  void add(char* p, std::size_t got) {
+    std::memset(p + got, 0, (8 - got % 8) % 8);
     for (std::size_t i = 0; i < got; i += 8) {
       std::uint64_t w;
-      std::memcpy(&w, buf.data() + i, 8);
+      std::memcpy(&w, p + i, 8);
       h = (h ^ w) * prime;
     }
     n += got;
   }
+  std::string text() const {
+    const std::uint64_t f = (h ^ n) * prime;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f));
+    return std::string("fnv1a64w:") + hex;
+  }
+};
+
+}  // namespace
+
+std::string file_digest(const std::string& path, std::uint64_t* bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse("cannot open '" + path + "': " + std::strerror(errno));
+  WordDigest d;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), std::streamsize(buf.size()));
+    d.add(buf.data(), std::size_t(in.gcount()));
+  }
   if (in.bad()) refuse("cannot read '" + path + "'");
-  h = (h ^ n) * prime;
-  if (bytes) *bytes = n;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return std::string("fnv1a64w:") + hex;
+  if (bytes) *bytes = d.n;
+  return d.text();
+}
+
+std::string internal::bytes_digest(const char* data, std::size_t n) {
+  WordDigest d;
+  const std::size_t whole = n / 8 * 8;
+  std::uint64_t w;
+  for (std::size_t i = 0; i < whole; i += 8) {
+    std::memcpy(&w, data + i, 8);
+    d.h = (d.h ^ w) * WordDigest::prime;
+  }
+  char tail[8];
+  std::memcpy(tail, data + whole, n - whole);
+  d.add(tail, n - whole);
+  d.n = n;
+  return d.text();
 }
 
 namespace internal {
@@ -302,10 +332,14 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
     return "save_run '" + path + "': rank " + std::to_string(r) +
            " could not write its shard, so no manifest was written";
   });
+  // Each shard's digest and size, and its rank's host (for the replicas' buddies).
   const std::vector<std::string> entries =
-      gather_strings(ranks, digest + " " + std::to_string(bytes));
+      gather_strings(ranks, digest + " " + std::to_string(bytes) + " " + host_name());
+  std::vector<std::string> hosts;
+  for (const std::string& e : entries)
+    hosts.push_back(e.substr(e.find(' ', e.find(' ') + 1) + 1));
   // A copy of each shard on its buddy's host, so that one lost host loses none.
-  const Replicas rep = plan_replicas(ranks, RunAccess::replicas(pipe));
+  const Replicas rep = plan_replicas(hosts, rank, RunAccess::replicas(pipe));
   const int from = (rank - rep.by + world) % world;
   if (rep.by) {
     const std::string theirs =

@@ -76,12 +76,16 @@ std::string folder_of(const std::string& path);
 
 /// A sharded save's replicas (AsyncOptimizerOptions::shard_replicas): the ring shift that puts
 /// each rank's buddy on another host (0: none), and whether this rank writes the manifest too
-/// (the first rank of each host but rank 0's). A collective (the ranks' host names).
+/// (the first rank of each host but rank 0's), from every rank's host name in rank order.
 struct Replicas {
   int by = 0;
   bool writes_manifest = false;
 };
-Replicas plan_replicas(RankGroup& ranks, ShardReplicas mode);
+Replicas plan_replicas(const std::vector<std::string>& hosts, int rank, ShardReplicas mode);
+/// This process's host name.
+std::string host_name();
+/// file_digest's digest of `n` bytes in memory.
+std::string bytes_digest(const char* data, std::size_t n);
 /// Sends this rank's shard file `mine` to its buddy and writes the one it receives (rank
 /// `from`'s, of `expected_digest`) beside it as `theirs`; this rank's error, or "".
 std::string exchange_replicas(RankGroup& ranks, int by, const std::string& mine,
