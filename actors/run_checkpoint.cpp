@@ -113,8 +113,8 @@ void part(torch::serialize::InputArchive& all, const char* key, torch::serialize
   if (!all.try_read(key, a)) refuse(key, "the file has no such part");
 }
 
-void save_run_file(const std::string& path, const RunParts& parts, std::int64_t step) {
-  torch::serialize::OutputArchive all;
+/// The run's parts and `step` in `all`, as save_run writes them.
+void run_archive(const RunParts& parts, std::int64_t step, torch::serialize::OutputArchive& all) {
   auto write = [&](const char* key,
                    const std::function<void(torch::serialize::OutputArchive&)>& f) {
     torch::serialize::OutputArchive a(all.compilation_unit());
@@ -127,7 +127,24 @@ void save_run_file(const std::string& path, const RunParts& parts, std::int64_t 
   if (parts.optimizer()) write("optimizer", [&](auto& a) { parts.optimizer()->save(a); });
   if (parts.scaler()) write("scaler", [&](auto& a) { parts.scaler()->save(a); });
   all.write("step", c10::IValue(step));
+}
+
+void save_run_file(const std::string& path, const RunParts& parts, std::int64_t step) {
+  torch::serialize::OutputArchive all;
+  run_archive(parts, step, all);
   save_atomically(all, path);
+}
+
+/// The file save_run_file writes, as bytes.
+std::string run_bytes(const RunParts& parts, std::int64_t step) {
+  torch::serialize::OutputArchive all;
+  run_archive(parts, step, all);
+  std::string bytes;
+  all.save_to([&](const void* data, std::size_t n) {
+    bytes.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  return bytes;
 }
 
 bool sharded(const RunParts& parts) {
@@ -278,8 +295,7 @@ std::int64_t load_run_agreed(const std::string& path, const RunParts& parts, Ran
 
 void save_run(const std::string& path, const RunParts& parts, std::int64_t step) {
   if (!sharded(parts)) return save_run_file(path, parts, step);
-  internal::save_sharded_run(path, parts, step,
-                             [&](const std::string& file) { save_run_file(file, parts, step); });
+  internal::save_sharded_run(path, parts, step, [&] { return run_bytes(parts, step); });
 }
 
 std::int64_t load_run(const std::string& path, const RunParts& parts) {

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace fs = std::filesystem;
 
@@ -131,61 +132,6 @@ std::string internal::manifest_text(const std::string& path) {
 
 ShardManifest read_manifest(const std::string& path) {
   return internal::parse_manifest(internal::manifest_text(path), path);
-}
-
-namespace {
-
-/// file_digest's state: FNV-1a over 64-bit words (the tail zero-padded), then the length.
-struct WordDigest {
-  std::uint64_t h = 14695981039346656037ULL, n = 0;
-  static constexpr std::uint64_t prime = 1099511628211ULL;
-  /// `got` bytes at `p`, a whole number of words but for the last call; p has room to pad.
-  void add(char* p, std::size_t got) {
-    std::memset(p + got, 0, (8 - got % 8) % 8);
-    for (std::size_t i = 0; i < got; i += 8) {
-      std::uint64_t w;
-      std::memcpy(&w, p + i, 8);
-      h = (h ^ w) * prime;
-    }
-    n += got;
-  }
-  std::string text() const {
-    const std::uint64_t f = (h ^ n) * prime;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f));
-    return std::string("fnv1a64w:") + hex;
-  }
-};
-
-}  // namespace
-
-std::string file_digest(const std::string& path, std::uint64_t* bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) refuse("cannot open '" + path + "': " + std::strerror(errno));
-  WordDigest d;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    d.add(buf.data(), std::size_t(in.gcount()));
-  }
-  if (in.bad()) refuse("cannot read '" + path + "'");
-  if (bytes) *bytes = d.n;
-  return d.text();
-}
-
-std::string internal::bytes_digest(const char* data, std::size_t n) {
-  WordDigest d;
-  const std::size_t whole = n / 8 * 8;
-  std::uint64_t w;
-  for (std::size_t i = 0; i < whole; i += 8) {
-    std::memcpy(&w, data + i, 8);
-    d.h = (d.h ^ w) * WordDigest::prime;
-  }
-  char tail[8];
-  std::memcpy(tail, data + whole, n - whole);
-  d.add(tail, n - whole);
-  d.n = n;
-  return d.text();
 }
 
 namespace internal {
@@ -310,7 +256,7 @@ void remove_older(const std::string& path, std::int64_t step, int rank, int worl
 }  // namespace
 
 void save_sharded_run(const std::string& path, const RunParts& parts, std::int64_t step,
-                      const std::function<void(const std::string&)>& write_file) {
+                      const std::function<std::string()>& run_bytes) {
   const AsyncOptimizer& pipe = *parts.pipeline();
   RankGroup& ranks = RunAccess::ranks(pipe);
   const int rank = ranks.rank(), world = ranks.size();
@@ -320,39 +266,53 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   const std::string file =
       (fs::path(folder_of(path)) / shard_name(base, step, rank, world)).string();
   // Each rank writes its shard; then, once all have, rank 0 the manifest that names them all.
-  std::string error, digest;
-  std::uint64_t bytes = 0;
+  std::string error, digest, shard;
   try {
-    write_file(file);
-    digest = file_digest(file, &bytes);
+    shard = run_bytes();
+    digest = bytes_digest(shard.data(), shard.size());
   } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     error = e.what();
   }
-  agree(ranks, error, [&](int r) {
-    return "save_run '" + path + "': rank " + std::to_string(r) +
-           " could not write its shard, so no manifest was written";
-  });
+  const auto could_not = [&](const char* what) {
+    return [&path, what](int r) {
+      return "save_run '" + path + "': rank " + std::to_string(r) + " could not write " + what +
+             ", so no manifest was written";
+    };
+  };
+  agree(ranks, error, could_not("its shard"));
   // Each shard's digest and size, and its rank's host (for the replicas' buddies).
   const std::vector<std::string> entries =
-      gather_strings(ranks, digest + " " + std::to_string(bytes) + " " + host_name());
+      gather_strings(ranks, digest + " " + std::to_string(shard.size()) + " " + host_name());
   std::vector<std::string> hosts;
   for (const std::string& e : entries)
     hosts.push_back(e.substr(e.find(' ', e.find(' ') + 1) + 1));
-  // A copy of each shard on its buddy's host, so that one lost host loses none.
   const Replicas rep = plan_replicas(hosts, rank, RunAccess::replicas(pipe));
   const int from = (rank - rep.by + world) % world;
-  if (rep.by) {
-    const std::string theirs =
-        (fs::path(folder_of(path)) / shard_name(base, step, from, world)).string();
-    agree(ranks,
-          exchange_replicas(
-              ranks, rep.by, file, theirs,
-              entries[std::size_t(from)].substr(0, entries[std::size_t(from)].find(' '))),
-          [&](int r) {
-            return "save_run '" + path + "': rank " + std::to_string(r) +
-                   " could not write its buddy's shard, so no manifest was written";
-          });
+  // The shard's own file, flushed, while a copy goes to the buddy on another host (so that one
+  // lost host loses no shard).
+  std::string replica_error;
+  {
+    std::thread writer([&] {
+      try {
+        save_text_atomically(shard, file);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    struct Join {
+      std::thread& t;
+      ~Join() { t.join(); }
+    } join{writer};
+    if (rep.by) {
+      const std::string& of = entries[std::size_t(from)];
+      replica_error = exchange_replicas(
+          ranks, rep.by, shard,
+          (fs::path(folder_of(path)) / shard_name(base, step, from, world)).string(),
+          of.substr(0, of.find(' ')));
+    }
   }
+  agree(ranks, error, could_not("its shard"));
+  if (rep.by) agree(ranks, replica_error, could_not("its buddy's shard"));
   std::string manifest_error;
   if (rank == 0 || rep.writes_manifest) {
     ShardManifest m;

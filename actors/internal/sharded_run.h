@@ -55,9 +55,9 @@ void agree(RankGroup& ranks, const std::string& error, const std::function<std::
 using AgreeFn =
     std::function<void(const std::string& error, std::int64_t step, std::uint64_t model_digest)>;
 
-/// save_run for a sharded pipeline: write_file(f) writes this rank's whole run to f.
+/// save_run for a sharded pipeline: run_bytes() is this rank's whole run, as a file's bytes.
 void save_sharded_run(const std::string& path, const RunParts& parts, std::int64_t step,
-                      const std::function<void(const std::string&)>& write_file);
+                      const std::function<std::string()>& run_bytes);
 /// load_run for a sharded pipeline: load_file(f, agree) loads this rank's file f as load_run
 /// does, calling agree before it changes anything.
 std::int64_t load_sharded_run(
@@ -86,8 +86,8 @@ Replicas plan_replicas(const std::vector<std::string>& hosts, int rank, ShardRep
 std::string host_name();
 /// file_digest's digest of `n` bytes in memory.
 std::string bytes_digest(const char* data, std::size_t n);
-/// Sends this rank's shard file `mine` to its buddy and writes the one it receives (rank
-/// `from`'s, of `expected_digest`) beside it as `theirs`; this rank's error, or "".
+/// Sends this rank's shard (`mine`, its file's bytes) to its buddy and writes the one it
+/// receives (rank `from`'s, of `expected_digest`) as the file `theirs`; this rank's error, or "".
 std::string exchange_replicas(RankGroup& ranks, int by, const std::string& mine,
                               const std::string& theirs, const std::string& expected_digest);
 /// load_run of a save made on another number of ranks: the shards this rank's disk holds

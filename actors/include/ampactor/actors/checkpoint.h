@@ -66,8 +66,11 @@ void save_run(const std::string& path, const RunParts& parts, std::int64_t step)
 /// With a pipeline that shards its optimizer state, `path` is the manifest and it is a
 /// collective: rank 0 reads the manifest and every rank gets it, each checks its shard file
 /// (size, digest) and its parts, then the ranks agree: if any refuses, every rank throws naming
-/// that rank and its reason, and none loads anything. Another world size is refused (re-shard
-/// with reshard_run); so is a manifest given to an unsharded pipeline (consolidate_run).
+/// that rank and its reason, and none loads anything. A save made on another number of ranks is
+/// re-sharded to this one as reshard_run does, from the shards the ranks' disks hold (their own
+/// and their buddies' replicas: AsyncOptimizerOptions::shard_replicas), each rank holding the
+/// whole state once; a shard no rank holds whole is refused on every rank, naming it. A
+/// manifest given to an unsharded pipeline is refused (consolidate_run).
 std::int64_t load_run(const std::string& path, const RunParts& parts);
 /// load_run where there is a checkpoint to resume, for a program that a launcher may restart:
 /// returns the saved step, or -1 where there is none (nothing changed). With ranks (the scaler's,
