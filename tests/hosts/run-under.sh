@@ -99,6 +99,9 @@ case $mode in
     under c10d --nnodes 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:"$p2" -- "${args[@]}" ||
       fail "c10d: $(cat "$out/c10d.log")"
     same c10d
+    # No rendezvous options at all: torchrun's own 127.0.0.1:29500.
+    under default -- "${args[@]}" || fail "default: $(cat "$out/default.log")"
+    same default
     grep -q "OMP_NUM_THREADS=1 (torchrun's default for 2 workers a node)" "$out/standalone.log" ||
       fail "no word of torchrun's thread count: $(cat "$out/standalone.log")"
     # A rank's error reaches torchrun's summary instead of a bare exit code.
@@ -112,6 +115,25 @@ case $mode in
       sh "$worker" --out "$out/restart" "${args[@]}" --save-at 3 --resume-any \
       --ckpt "$out/restart/ckpt" >"$out/restart.log" 2>&1 || fail "the restart: $(cat "$out/restart.log")"
     same restart 5
+    # Two hosts as Debian names them, one rank each, static rendezvous on host 0's address.
+    if "$here/netns-hosts.sh" check >/dev/null; then
+      name=tr$$
+      trap '"$here/netns-hosts.sh" down $name' EXIT
+      "$here/netns-hosts.sh" up $name 2 >/dev/null || fail "the hosts could not be made"
+      addr0=$("$here/netns-hosts.sh" addr $name 0)
+      mkdir -p "$out/two"
+      node() {
+        "$here/netns-hosts.sh" exec $name "$1" "$torchrun" --nnodes 2 --node-rank "$1" \
+          --nproc-per-node 1 --master-addr "$addr0" --master-port "$port" --no-python \
+          "$worker" --out "$out/two" "${args[@]}"
+      }
+      node 0 >"$out/two0.log" 2>&1 &
+      node 1 >"$out/two1.log" 2>&1 || fail "two hosts: $(cat "$out/two0.log" "$out/two1.log")"
+      wait $! || fail "two hosts, host 0: $(cat "$out/two0.log")"
+      same two
+    else
+      echo "torchrun on two hosts skipped: $("$here/netns-hosts.sh" check)"
+    fi
     ;;
   lost-host)
     "$here/netns-hosts.sh" check || exit 77
