@@ -3,11 +3,12 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
 DEB_PACKAGES := cmake g++ make libcaf-dev libtorch-dev doctest-dev nlohmann-json3-dev libcli11-dev \
-	libgloo-dev
+	libgloo-dev iproute2
 # The demo's extras: a plot, and an optimised BLAS (Debian's LibTorch otherwise runs its matmuls on
 # the reference BLAS, about 15x slower here).
 DEMO_PACKAGES := gnuplot-nox libopenblas0-openmp
-# test-slow's launchers: Open MPI's mpirun and a one-node Slurm (tests/hosts).
+# test-slow's launchers: Open MPI's mpirun and a one-node Slurm (tests/hosts; make test's hosts,
+# network namespaces, need iproute2's ip above).
 SLOW_PACKAGES := openmpi-bin slurmctld slurmd slurm-client munge
 # The sanitizer gate's compiler: clang with its sanitizer and libFuzzer runtimes.
 ASAN_PACKAGES := clang libclang-rt-14-dev
