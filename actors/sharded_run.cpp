@@ -273,16 +273,19 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     error = e.what();
   }
-  const auto could_not = [&](const char* what) {
-    return [&path, what](int r) {
-      return "save_run '" + path + "': rank " + std::to_string(r) + " could not write " + what +
-             ", so no manifest was written";
-    };
+  const auto could_not = [&](const std::string& what, int r, const std::string& why) {
+    throw ScalerError(errc::bad_checkpoint, "save_run '" + path + "': rank " + std::to_string(r) +
+                                                " could not write " + what +
+                                                ", so no manifest was written: " + why);
   };
-  agree(ranks, error, could_not("its shard"));
-  // Each shard's digest and size, and its rank's host (for the replicas' buddies).
-  const std::vector<std::string> entries =
-      gather_strings(ranks, digest + " " + std::to_string(shard.size()) + " " + host_name());
+  // Each shard's digest and size and its rank's host (for the replicas' buddies), or why the
+  // rank has none: one round for both.
+  const std::vector<std::string> entries = gather_strings(
+      ranks, error.empty() ? digest + " " + std::to_string(shard.size()) + " " + host_name()
+                           : std::string(1, '\0') + error);
+  for (std::size_t r = 0; r < entries.size(); ++r)
+    if (!entries[r].empty() && entries[r][0] == '\0')
+      could_not("its shard", int(r), entries[r].substr(1));
   std::vector<std::string> hosts;
   for (const std::string& e : entries)
     hosts.push_back(e.substr(e.find(' ', e.find(' ') + 1) + 1));
@@ -311,8 +314,15 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
           of.substr(0, of.find(' ')));
     }
   }
-  agree(ranks, error, could_not("its shard"));
-  if (rep.by) agree(ranks, replica_error, could_not("its buddy's shard"));
+  // Both writes' errors in one round: "W" + its shard's, "R" + its buddy's.
+  const std::vector<std::string> written =
+      gather_strings(ranks, !error.empty()           ? "W" + error
+                            : !replica_error.empty() ? "R" + replica_error
+                                                     : "");
+  for (std::size_t r = 0; r < written.size(); ++r)
+    if (!written[r].empty())
+      could_not(written[r][0] == 'W' ? "its shard" : "its buddy's shard", int(r),
+                written[r].substr(1));
   std::string manifest_error;
   if (rank == 0 || rep.writes_manifest) {
     ShardManifest m;

@@ -234,3 +234,25 @@ TEST_CASE(
   CHECK(code == 1);
   CHECK_MESSAGE(said.find("is not a sharded run's manifest") != std::string::npos, said);
 }
+
+TEST_CASE(
+    "shard_optimizer_state: a rank that cannot write its shard makes every rank throw naming it, "
+    "and no manifest is written") {
+  const fs::path dir = fresh("shard-unwritable");
+  const std::string ckpt = (dir / "run").string();
+  // A folder where rank 1's shard file would go: its rename onto it fails.
+  fs::create_directories(dir / "run.step3.rank1-of-2");
+  const Run r = launch("unwritable", 2,
+                       {"--path", "pipeline", "--staleness", "0", "--steps", "6", "--shard",
+                        "--timeout-ms", "8000", "--save-at", "3", "--ckpt", ckpt});
+  CHECK(r.code != 0);
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    CHECK_MESSAGE(said_by(r.log, rank)
+                          .find("save_run '" + ckpt +
+                                "': rank 1 could not write its shard, so no "
+                                "manifest was written: ") != std::string::npos,
+                  r.log);
+  }
+  CHECK_FALSE(fs::exists(dir / "run"));
+}
