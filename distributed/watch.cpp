@@ -46,6 +46,7 @@ Watch::Watch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DistOpti
   heart_ = std::make_shared<Heart>();
   heart_->store = store_;
   heart_->key = key("heartbeat", rank_);
+  heart_->own = "rank " + std::to_string(rank_) + " ";
   heart_->period = options_.heartbeat();
   beating_ = std::thread([h = heart_] { beat(h); });
 }
@@ -269,11 +270,13 @@ void Watch::beat(const std::shared_ptr<Heart>& h) {
       }
       if (!known && h->store->check({kFirstFailure})) {
         std::string why = string_of(h->store->get(kFirstFailure));
+        // The failing rank waits until every other rank's heartbeat has it: not for its own.
+        const bool own = why.rfind(h->own, 0) == 0;
         {
           std::lock_guard<std::mutex> l(h->mu);
           h->first_failure = std::move(why);
         }
-        h->store->add(kFirstFailureSeen, 1);
+        if (!own) h->store->add(kFirstFailureSeen, 1);
       }
     } catch (...) {
       lock.lock();

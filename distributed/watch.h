@@ -93,6 +93,7 @@ class Watch {
     // The first failure any rank reported, read while the store answers: after an abort takes
     // the store with it, the survivors still name that rank (under mu).
     std::string first_failure;
+    std::string own;  // "rank R ": this rank's own failure, which it need not hear of
   };
   static void beat(const std::shared_ptr<Heart>& h);
   std::string stall() const;
