@@ -12,7 +12,7 @@ CUDA_EXTRA=(nvidia-cufile==1.15.1.6 nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem
 # torch's own pure-Python requirements, with theirs.
 PURE=(filelock 'typing-extensions>=4.10.0' 'setuptools<82' 'sympy>=1.13.3' 'networkx>=2.5.1'
       jinja2 'fsspec>=0.8.5' 'mpmath>=1.1,<1.4' 'MarkupSafe>=2.0')
-PIP_LIMIT=900 # seconds for one pip command
+PIP_LIMIT=300 # seconds for one pip command: a registry slower than that is skipped
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
     echo "usage: $0 DIR" >&2
