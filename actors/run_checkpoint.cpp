@@ -19,7 +19,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -39,18 +38,11 @@ std::string shape_of(const at::Tensor& t) {
   return s.str();
 }
 
-/// FNV-1a over `n` bytes, folded into `h`.
-void fold(std::uint64_t& h, const void* data, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i)
-    h = (h ^ b[i]) * 0x100000001b3ULL;
-}
-
 /// Module::load's walk, reading into fresh tensors and comparing each with the live one; each
-/// saved tensor's name and bytes folded into `digest` (what ranks compare: their files' bytes
+/// saved tensor's name and digest appended to `digests` (what ranks compare: their files' bytes
 /// differ, since a file names itself inside).
 void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
-                  const std::string& prefix, std::uint64_t& digest) {
+                  const std::string& prefix, std::string& digests) {
   auto check = [&](const std::string& key, const at::Tensor& live, bool buffer) {
     at::Tensor saved;
     if (!archive.try_read(key, saved, buffer) || !saved.defined())
@@ -58,10 +50,11 @@ void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
     if (saved.sizes() != live.sizes() || saved.scalar_type() != live.scalar_type())
       refuse("model", prefix + key + " is " + shape_of(saved) + " in the file, " + shape_of(live) +
                           " in the model");
-    const std::string name = prefix + key;
     const at::Tensor bytes = saved.contiguous();
-    fold(digest, name.data(), name.size());
-    fold(digest, bytes.data_ptr(), std::size_t(bytes.nbytes()));
+    digests += prefix + key + " " +
+               internal::bytes_digest(static_cast<const char*>(bytes.data_ptr()),
+                                      std::size_t(bytes.nbytes())) +
+               "\n";
   };
   for (const auto& p : m.named_parameters(/*recurse=*/false))
     check(p.key(), p.value(), false);
@@ -71,7 +64,7 @@ void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
     if (!child.value()->is_serializable()) continue;
     torch::serialize::InputArchive sub;
     if (!archive.try_read(child.key(), sub)) refuse("model", "no module " + prefix + child.key());
-    check_module(*child.value(), sub, prefix + child.key() + ".", digest);
+    check_module(*child.value(), sub, prefix + child.key() + ".", digests);
   }
 }
 
@@ -158,7 +151,7 @@ struct Checked {
   std::optional<internal::RunAccess::Loaded> pipe_loaded;
   std::stringstream opt_snapshot;  // the optimizer as it was, once its load was tried
   std::int64_t step = 0;
-  std::uint64_t model_digest = 0xcbf29ce484222325ULL;  // check_module's
+  std::string model_digests;  // check_module's: a line per tensor
 };
 
 /// Everything ampactor can check of the file at `path`, checked; the optimizer, which only
@@ -172,7 +165,7 @@ void check_run(const std::string& path, const RunParts& parts, Checked& c) {
   torch::serialize::InputArchive opt_ar;
   if (parts.model()) {
     part(all, "model", c.model_ar);
-    check_module(*parts.model(), c.model_ar, "", c.model_digest);
+    check_module(*parts.model(), c.model_ar, "", c.model_digests);
   }
   if (parts.optimizer()) part(all, "optimizer", opt_ar);
   if (parts.scaler()) {
@@ -225,11 +218,11 @@ std::int64_t load_run_file(const std::string& path, const RunParts& parts,
     tried_optimizer = parts.optimizer() != nullptr;
   } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     if (!agreed) throw;
-    agreed(e.what(), -1, 0);  // throws
+    agreed(e.what(), -1, "");  // throws
     throw;
   }
   if (agreed) try {
-      agreed("", c.step, c.model_digest);
+      agreed("", c.step, internal::bytes_digest(c.model_digests.data(), c.model_digests.size()));
     } catch (...) {
       if (tried_optimizer) restore_optimizer(parts, c.opt_snapshot);
       throw;
@@ -272,12 +265,10 @@ std::int64_t load_run_agreed(const std::string& path, const RunParts& parts, Ran
       ", so no rank loaded (every rank needs the same checkpoint: on several hosts, copy it to "
       "each or keep it on a shared file system)";
   return load_run_file(
-      path, parts, [&](const std::string& error, std::int64_t step, std::uint64_t digest) {
-        char hex[17];
-        std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
-        const std::string mine =
-            error.empty() ? "step " + std::to_string(step) + " (model digest fnv1a64:" + hex + ")"
-                          : std::string(1, '\0') + error;
+      path, parts, [&](const std::string& error, std::int64_t step, const std::string& digest) {
+        const std::string mine = error.empty()
+                                     ? "step " + std::to_string(step) + " (model " + digest + ")"
+                                     : std::string(1, '\0') + error;
         const std::vector<std::string> all = internal::gather_strings(ranks, mine);
         for (std::size_t r = 0; r < all.size(); ++r)
           if (!all[r].empty() && all[r][0] == '\0')

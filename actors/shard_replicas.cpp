@@ -8,6 +8,7 @@
 
 #include <ATen/ops/from_blob.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -50,9 +52,19 @@ struct Scratch {
              "': cannot make a folder to re-shard in beside it: " + std::strerror(errno));
     dir = templ;
   }
+  /// Its files (it holds no folders), then itself: POSIX calls, not std::filesystem's iterator,
+  /// which a PyTorch wheel's libtorch_cpu.so exports in copies that crash (as remove_older).
   ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
+    if (DIR* d = ::opendir(dir.c_str())) {
+      std::vector<std::string> names;
+      while (const dirent* e = ::readdir(d))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+          names.emplace_back(e->d_name);
+      ::closedir(d);
+      for (const std::string& n : names)
+        ::unlink((dir + "/" + n).c_str());
+    }
+    ::rmdir(dir.c_str());
   }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
@@ -179,7 +191,7 @@ std::int64_t load_resharded(
   });
   const ShardManifest n = read_manifest(resharded);
   return load_file(n.shard_path(resharded, me),
-                   [&](const std::string& e, std::int64_t, std::uint64_t) {
+                   [&](const std::string& e, std::int64_t, const std::string&) {
                      agree(ranks, e, [&](int r) {
                        return "load_run '" + path + "': rank " + std::to_string(r) +
                               " refused its re-sharded shard, so no rank loaded";

@@ -273,7 +273,7 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     error = e.what();
   }
-  const auto could_not = [&](const std::string& what, int r, const std::string& why) {
+  const auto refuse_write = [&](const std::string& what, int r, const std::string& why) {
     throw ScalerError(errc::bad_checkpoint, "save_run '" + path + "': rank " + std::to_string(r) +
                                                 " could not write " + what +
                                                 ", so no manifest was written: " + why);
@@ -285,7 +285,7 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
                            : std::string(1, '\0') + error);
   for (std::size_t r = 0; r < entries.size(); ++r)
     if (!entries[r].empty() && entries[r][0] == '\0')
-      could_not("its shard", int(r), entries[r].substr(1));
+      refuse_write("its shard", int(r), entries[r].substr(1));
   std::vector<std::string> hosts;
   for (const std::string& e : entries)
     hosts.push_back(e.substr(e.find(' ', e.find(' ') + 1) + 1));
@@ -321,8 +321,8 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
                                                      : "");
   for (std::size_t r = 0; r < written.size(); ++r)
     if (!written[r].empty())
-      could_not(written[r][0] == 'W' ? "its shard" : "its buddy's shard", int(r),
-                written[r].substr(1));
+      refuse_write(written[r][0] == 'W' ? "its shard" : "its buddy's shard", int(r),
+                   written[r].substr(1));
   std::string manifest_error;
   if (rank == 0 || rep.writes_manifest) {
     ShardManifest m;
@@ -385,13 +385,13 @@ std::int64_t load_sharded_run(
   if (m.layout() != layout || m.shapes != RunAccess::shapes(pipe))
     refuse("load_run: '" + path + "' holds another model's shards (" + m.layout().str() +
            "), this pipeline's are " + layout.str());
-  const AgreeFn agreed = [&](const std::string& error, std::int64_t, std::uint64_t) {
+  const AgreeFn agreed = [&](const std::string& error, std::int64_t, const std::string&) {
     agree(ranks, error, [&](int r) {
       return "load_run '" + path + "': rank " + std::to_string(r) +
              " refused its shard, so no rank loaded";
     });
   };
-  if (const std::string p = shard_problem(m, path, rank); !p.empty()) agreed(p, -1, 0);  // throws
+  if (const std::string p = shard_problem(m, path, rank); !p.empty()) agreed(p, -1, "");  // throws
   return load_file(m.shard_path(path, rank), agreed);
 }
 

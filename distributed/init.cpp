@@ -25,10 +25,7 @@
 namespace ampactor::dist {
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
+using detail::env;
 
 bool loopback(const sockaddr* a) {
   if (a->sa_family == AF_INET)
@@ -94,11 +91,6 @@ bool interface_is_loopback(const std::string& name) {
   return any && all;
 }
 
-std::string this_host() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
-}
-
 /// gloo's device, chosen as dist.h says. `refused` is set instead where the device would tell
 /// the other hosts' ranks to reach this one on loopback.
 std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::string& refused) {
@@ -119,7 +111,7 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
   if (master_local) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  const std::string host = this_host();
+  const std::string host = detail::host_name();
   bool host_local = false;
   const std::string host_ip = resolve(host, &host_local);
   if (!host_ip.empty() && !host_local) return c10d::ProcessGroupGloo::createDefaultDevice();

@@ -3,6 +3,8 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/distributed/dist.h>
 
+#include "watch.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,10 +18,7 @@
 namespace ampactor::dist {
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : nullptr;
-}
+using detail::env;
 
 /// An integer variable in [lo, hi]; `fallback` when unset.
 int env_int(const char* name, int lo, int hi, int fallback) {

@@ -1,5 +1,6 @@
 // The process behind a rank: written into the store when the rank joins, so that a rank on the
-// same host can tell a stopped or hung one (still there) from a dead one (exited).
+// same host can tell a stopped or hung one (still there) from a dead one (exited); and the
+// environment and host name it reads.
 #include "watch.h"
 
 #include <c10/util/Exception.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -18,6 +20,16 @@ std::vector<std::uint8_t> bytes_of(const std::string& s) {
 }
 std::string string_of(const std::vector<std::uint8_t>& b) {
   return {b.begin(), b.end()};
+}
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 ? name : "";
 }
 
 std::string brief(const std::exception& e) {
@@ -69,8 +81,7 @@ Place Place::here() {
   const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
   // Without both, no other rank can be sure a pid means this process: it will not check.
   if (!boot.empty() && n > 0) p.host = boot + "/" + std::string(ns, std::size_t(n));
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) == 0) p.host_name = name;
+  p.host_name = detail::host_name();
   return p;
 }
 

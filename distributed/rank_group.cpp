@@ -242,7 +242,7 @@ class C10dRanks final : public RankGroup {
     try {
       store_->set(key("failed", rank_), bytes_of(why));
       // The first rank to fail is named by every survivor, even once the store is gone.
-      if (store_->add("ampactor/first_failure_count", 1) == 1) {
+      if (store_->add(detail::kFirstFailureCount, 1) == 1) {
         store_->set(detail::kFirstFailure,
                     bytes_of("rank " + std::to_string(rank_) + " failed: " + why));
         // Until every other rank's heartbeat has read it (ten periods at most): a rank that

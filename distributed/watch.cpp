@@ -329,7 +329,7 @@ std::string Watch::first_failure() const {
 }
 
 bool Watch::mine(const std::string& failure) const {
-  return failure.rfind("rank " + std::to_string(rank_) + " ", 0) == 0;
+  return failure.rfind(heart_->own, 0) == 0;
 }
 
 /// The store's host, seen gone from this rank's heartbeat, which has waited for it ten periods.

@@ -19,10 +19,15 @@ namespace ampactor::dist::detail {
 
 /// The key under which the first rank to fail says why (and its count, to take the first).
 inline const char* const kFirstFailure = "ampactor/first_failure";
+inline const char* const kFirstFailureCount = "ampactor/first_failure_count";
 inline const char* const kFirstFailureSeen = "ampactor/first_failure_seen";
 inline std::string key(const char* what, int r) {
   return std::string("ampactor/") + what + "/" + std::to_string(r);
 }
+/// An environment variable's value, or nullptr where it is unset or empty.
+const char* env(const char* name);
+/// This host's name (gethostname), or "".
+std::string host_name();
 std::vector<std::uint8_t> bytes_of(const std::string& s);
 std::string string_of(const std::vector<std::uint8_t>& b);
 /// An exception's first line: c10d's errors carry a backtrace that no rank's message needs.

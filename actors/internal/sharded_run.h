@@ -52,8 +52,8 @@ void agree(RankGroup& ranks, const std::string& error, const std::function<std::
 
 /// Agrees an error through `agree` instead of throwing it: the hook load_run_file calls once its
 /// checks are done and before anything it cannot undo.
-using AgreeFn =
-    std::function<void(const std::string& error, std::int64_t step, std::uint64_t model_digest)>;
+using AgreeFn = std::function<void(const std::string& error, std::int64_t step,
+                                   const std::string& model_digest)>;
 
 /// save_run for a sharded pipeline: run_bytes() is this rank's whole run, as a file's bytes.
 void save_sharded_run(const std::string& path, const RunParts& parts, std::int64_t step,
