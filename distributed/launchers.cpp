@@ -134,6 +134,15 @@ Launch launch_from_env() {
     const char* list =
         env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_NODELIST");
     if (list) l.master_addr = first_slurm_host(list);
+  } else if ((l.launcher == "Open MPI" || l.launcher == "PMI") && l.local_world_size &&
+             l.local_world_size < l.world_size) {
+    // Neither says where rank 0 runs: 127.0.0.1 would leave the other hosts' ranks waiting
+    // out their timeout on a store that is not there.
+    throw ScalerError(errc::bad_option,
+                      "ampactor::dist: " + l.launcher + " started " + std::to_string(l.world_size) +
+                          " ranks, " + std::to_string(l.local_world_size) +
+                          " of them on this host, and MASTER_ADDR is not set: name rank 0's "
+                          "host (mpirun -x MASTER_ADDR=<host>)");
   }
   int port = l.master_port;
   // A port per Slurm job, so that two jobs sharing a node do not meet on one.

@@ -130,6 +130,23 @@ TEST_CASE("launch_from_env reads Open MPI's variables, MASTER_ADDR and MASTER_PO
   CHECK(l.master_port == 4000);
 }
 
+TEST_CASE("launch_from_env refuses Open MPI's ranks on several hosts without MASTER_ADDR") {
+  const std::string e = refusal({{"OMPI_COMM_WORLD_RANK", "2"},
+                                 {"OMPI_COMM_WORLD_SIZE", "4"},
+                                 {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  CHECK_MESSAGE(
+      e.find("Open MPI started 4 ranks, 2 of them on this host, and MASTER_ADDR is not "
+             "set: name rank 0's host (mpirun -x MASTER_ADDR=<host>)") != std::string::npos,
+      e);
+  // All on one host: 127.0.0.1 reaches rank 0.
+  Env one({{"OMPI_COMM_WORLD_RANK", "1"},
+           {"OMPI_COMM_WORLD_SIZE", "2"},
+           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  CHECK(dist::launch_from_env().master_addr == "127.0.0.1");
+}
+
 TEST_CASE("launch_from_env reads PMI's variables") {
   Env e({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}});
   const dist::Launch l = dist::launch_from_env();

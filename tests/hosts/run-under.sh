@@ -4,7 +4,8 @@
 # the reason where the launcher cannot run here.
 # Usage: run-under.sh hosts|mpirun|srun|torchrun LAUNCH WORKER OUT
 #   hosts:  ampactor-launch --nnodes 2 on two network-namespace hosts named as Debian names them
-#   mpirun: Open MPI's mpirun -np 2;  srun: srun -n 2 on a one-node Slurm started here
+#   mpirun: Open MPI's mpirun -np 2, on this host and on two namespace hosts (netns-rsh.sh)
+#   srun: srun -n 2 on a one-node Slurm started here
 #   torchrun: PyTorch's, from PyPI into OUT/../torch-venv, in each of its modes, and a restart
 #   lost-host: 4 sharded ranks on 2 namespace hosts, host 0's link cut mid-run; host 1's 2 ranks
 #     resume from their own disk (shards and buddies' replicas), re-sharded 4 -> 2, as
@@ -60,6 +61,34 @@ case $mode in
     mpirun "${root[@]}" --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" \
       "$worker" --out "$out/run" "${args[@]}" >"$out/run.log" 2>&1 ||
       fail "mpirun failed: $(cat "$out/run.log")"
+    # Two hosts as Debian names them, one rank each: mpirun on host 0 reaches host 1 through
+    # netns-rsh.sh (its "ssh"), and MASTER_ADDR must be named: without it, refused at once.
+    if "$here/netns-hosts.sh" check >/dev/null; then
+      name=mp$$
+      trap '"$here/netns-hosts.sh" down $name' EXIT
+      "$here/netns-hosts.sh" up $name 2 >/dev/null || fail "the hosts could not be made"
+      addr0=$("$here/netns-hosts.sh" addr $name 0)
+      mkdir -p "$out/two"
+      two() {
+        NETNS_RSH_GROUP=$name "$here/netns-hosts.sh" exec $name 0 mpirun "${root[@]}" \
+          --mca plm_rsh_agent "$here/netns-rsh.sh" --mca plm_rsh_no_tree_spawn 1 \
+          --host $name-0:1,$name-1:1 -np 2 -x NETNS_RSH_GROUP "$@" "$worker" --out "$out/two" \
+          "${args[@]}"
+      }
+      two -x MASTER_ADDR="$addr0" -x MASTER_PORT="$port" >"$out/two.log" 2>&1 ||
+        fail "mpirun on two hosts failed: $(cat "$out/two.log")"
+      for r in 0 1; do
+        cmp -s "$out/one/rank$r.txt" "$out/two/rank$r.txt" ||
+          fail "mpirun on two hosts: rank $r differs from one host's"
+      done
+      start=$SECONDS
+      two >"$out/noaddr.log" 2>&1 && fail "two hosts without MASTER_ADDR ran"
+      grep -q "and MASTER_ADDR is not set: name rank 0's host" "$out/noaddr.log" ||
+        fail "no word of MASTER_ADDR: $(cat "$out/noaddr.log")"
+      [ $((SECONDS - start)) -lt 15 ] || fail "the refusal took $((SECONDS - start)) s"
+    else
+      echo "mpirun on two hosts skipped: $("$here/netns-hosts.sh" check)"
+    fi
     ;;
   srun)
     slurm=$here/slurm-one-node.sh
