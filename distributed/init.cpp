@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -21,11 +22,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
+#include <vector>
 
 namespace ampactor::dist {
 namespace {
 
 using detail::env;
+using namespace std::string_literals;
 
 bool loopback(const sockaddr* a) {
   if (a->sa_family == AF_INET)
@@ -78,6 +82,24 @@ std::string route_to(const std::string& host) {
   return out;
 }
 
+/// This host's address for ranks on other hosts where its name gives none: the one the default
+/// route leaves from, else the only IPv4 address outside loopback that an interface has. Empty
+/// where neither is found; `seen` then lists the candidates.
+std::string outward_address(std::string& seen) {
+  if (std::string via = route_to("192.0.2.1"); !via.empty()) return via;  // TEST-NET-1
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return {};
+  std::vector<std::string> found;
+  for (const ifaddrs* i = list; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+        !loopback(i->ifa_addr)) {
+      found.push_back(numeric(i->ifa_addr, sizeof(sockaddr_in)));
+      seen += std::string(seen.empty() ? "" : ", ") + found.back() + " (" + i->ifa_name + ")";
+    }
+  ::freeifaddrs(list);
+  return found.size() == 1 ? found[0] : std::string();
+}
+
 /// Whether the interface `name` has an address and all of its addresses are loopback.
 bool interface_is_loopback(const std::string& name) {
   ifaddrs* list = nullptr;
@@ -98,25 +120,45 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
   bool master_local = false;
   const std::string master_ip = resolve(l.master_addr, &master_local);
   master_local = master_local || l.master_addr == "localhost";
+  // Loopback serves only where every rank runs here: MASTER_ADDR may name this host (torchrun's
+  // and Slurm's host names resolve to 127.0.1.1 on Debian) while others run elsewhere.
+  const bool one_host = l.world_size == 1 || l.local_world_size == l.world_size;
+  const bool others_unknown = l.local_world_size == 0;
   const std::string fix = "set GLOO_SOCKET_IFNAME to the interface that reaches " + l.master_addr +
                           " (`ip route get " + (master_ip.empty() ? l.master_addr : master_ip) +
                           "` names it)";
   if (const char* ifname = env("GLOO_SOCKET_IFNAME")) {
-    if (!master_local && interface_is_loopback(ifname)) {
-      refused = me + "GLOO_SOCKET_IFNAME=" + ifname +
-                " is a loopback interface, while MASTER_ADDR " + l.master_addr +
-                " is not a loopback address: ranks on other hosts could not reach this one; " + fix;
+    if (!(master_local && (one_host || others_unknown)) && interface_is_loopback(ifname)) {
+      refused = me + "GLOO_SOCKET_IFNAME=" + ifname + " is a loopback interface, while " +
+                (master_local ? "ranks run on other hosts ("s + std::to_string(l.local_world_size) +
+                                    " of " + std::to_string(l.world_size) + " here)"
+                              : "MASTER_ADDR " + l.master_addr + " is not a loopback address") +
+                ": ranks on other hosts could not reach this one; " + fix;
       return nullptr;
     }
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
-  if (master_local) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  if (master_local && one_host) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   const std::string host = detail::host_name();
   bool host_local = false;
   const std::string host_ip = resolve(host, &host_local);
   if (!host_ip.empty() && !host_local) return c10d::ProcessGroupGloo::createDefaultDevice();
-  // Debian's /etc/hosts names the host 127.0.1.1: the address that reaches the master instead.
-  const std::string via = route_to(l.master_addr);
+  // Debian's /etc/hosts names the host 127.0.1.1: the address that reaches the master instead,
+  // or, on the master's own host, the address other hosts reach it at.
+  std::string seen;
+  const std::string via = master_local ? outward_address(seen) : route_to(l.master_addr);
+  if (via.empty() && master_local && others_unknown)
+    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  if (via.empty() && master_local) {
+    refused = me + "this host's name '" + host + "' resolves to " +
+              (host_ip.empty() ? "no address" : host_ip + ", a loopback address") +
+              ", as does MASTER_ADDR " + l.master_addr + ", while ranks run on other hosts (" +
+              std::to_string(l.local_world_size) + " of " + std::to_string(l.world_size) +
+              " here), and no default route or single address names this host to them (" +
+              (seen.empty() ? "no address outside loopback" : seen) +
+              "): set GLOO_SOCKET_IFNAME to the interface the other hosts reach";
+    return nullptr;
+  }
   if (via.empty()) {
     refused = me + "this host's name '" + host + "' resolves to " +
               (host_ip.empty() ? "no address" : host_ip + ", a loopback address") +
@@ -128,7 +170,10 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
   if (l.local_rank == 0)
     std::cerr << "ampactor::dist: " << me << "this host's name '" << host << "' resolves to "
               << (host_ip.empty() ? "no address" : host_ip + " (loopback)") << ", so gloo uses "
-              << via << ", the address that reaches MASTER_ADDR " << l.master_addr
+              << via
+              << (master_local ? ", the address other hosts reach this one at (MASTER_ADDR "
+                               : ", the address that reaches MASTER_ADDR ")
+              << l.master_addr << (master_local ? " is this host)" : "")
               << " (GLOO_SOCKET_IFNAME chooses another)" << std::endl;
   return c10d::ProcessGroupGloo::createDeviceForHostname(via);
 }

@@ -119,6 +119,11 @@ Launch launch_from_env() {
   l.rank = env_int(form->rank, 0, l.world_size - 1, 0);
   l.local_rank = env_int(form->local_rank, 0, max, l.rank);
   if (form->local_size) l.local_world_size = env_int(form->local_size, 1, max, 0);
+  // Slurm gives no local size, but a step on one node has every rank here.
+  if (std::string(form->launcher) == "Slurm") {
+    const char* nodes = env("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
+    if (env_int(nodes, 1, max, 0) == 1) l.local_world_size = l.world_size;
+  }
   l.launcher = form->launcher;
   const bool torchrun = l.launcher == "RANK/WORLD_SIZE" && env("TORCHELASTIC_RUN_ID");
   if (torchrun) {

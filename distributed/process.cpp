@@ -115,7 +115,12 @@ Place::State Place::state() const {
 }
 
 std::string Place::said(State s) const {
-  const std::string its = "its process " + std::to_string(pid) + " on this host ";
+  // Another host name on this kernel (a container, a network namespace): said as such.
+  static const std::string my_name = here().host_name;
+  const std::string its = "its process " + std::to_string(pid) +
+                          (host_name.empty() || host_name == my_name
+                               ? " on this host "
+                               : " on " + host_name + " (this machine's kernel) ");
   switch (s) {
     case State::exited:
       return its + "has exited";

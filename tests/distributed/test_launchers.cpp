@@ -42,7 +42,9 @@ const char* const kAll[] = {"RANK",
                             "SLURM_STEPID",
                             "SLURM_JOB_ID",
                             "SLURM_NODELIST",
-                            "SLURM_STEP_NODELIST"};
+                            "SLURM_STEP_NODELIST",
+                            "SLURM_STEP_NUM_NODES",
+                            "SLURM_NNODES"};
 
 /// The launcher variables set to `vars` alone for the test's span, as they were after.
 struct Env {
@@ -170,6 +172,16 @@ TEST_CASE("launch_from_env reads srun's variables: the first host of the step an
   CHECK(l.world_size == 4);
   CHECK(l.master_addr == "gpu07");
   CHECK(l.master_port == 15000 + 123456 % 20000);
+  CHECK(l.local_world_size == 0);  // unknown: the step spans several nodes, or may
+}
+
+TEST_CASE("launch_from_env under Slurm knows every rank is local in a step on one node") {
+  Env e({{"SLURM_PROCID", "1"},
+         {"SLURM_NTASKS", "2"},
+         {"SLURM_STEP_ID", "0"},
+         {"SLURM_NNODES", "2"},
+         {"SLURM_STEP_NUM_NODES", "1"}});
+  CHECK(dist::launch_from_env().local_world_size == 2);
 }
 
 TEST_CASE("launch_from_env under Slurm takes MASTER_ADDR and MASTER_PORT where they are set") {

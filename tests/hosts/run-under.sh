@@ -6,7 +6,8 @@
 #   hosts:  ampactor-launch --nnodes 2 on two network-namespace hosts named as Debian names them
 #   mpirun: Open MPI's mpirun -np 2, on this host and on two namespace hosts (netns-rsh.sh)
 #   srun: srun -n 2 on a one-node Slurm started here
-#   torchrun: PyTorch's, from PyPI into OUT/../torch-venv, in each of its modes, and a restart
+#   torchrun: PyTorch's, from PyPI into OUT/../torch-venv, in each of its modes, a restart, two
+#     hosts (static and c10d), and --nnodes 1:2 losing a host
 #   lost-host: 4 sharded ranks on 2 namespace hosts, host 0's link cut mid-run; host 1's 2 ranks
 #     resume from their own disk (shards and buddies' replicas), re-sharded 4 -> 2, as
 #     ampactor-ckpt reshard would; prints the figures bench/results/distributed.md shows
@@ -160,6 +161,53 @@ case $mode in
       node 1 >"$out/two1.log" 2>&1 || fail "two hosts: $(cat "$out/two0.log" "$out/two1.log")"
       wait $! || fail "two hosts, host 0: $(cat "$out/two0.log")"
       same two
+      # c10d rendezvous at host 0's name, as clusters name it: MASTER_ADDR is then that name,
+      # 127.0.1.1 on host 0 itself, where gloo must take the address the other host reaches.
+      mkdir -p "$out/rdzv"
+      rdzv() {
+        "$here/netns-hosts.sh" exec $name "$1" "$torchrun" --nnodes 2 --nproc-per-node 1 \
+          --rdzv-backend c10d --rdzv-endpoint $name-0:"$p2" --no-python "$worker" \
+          --out "$out/rdzv" "${args[@]}"
+      }
+      rdzv 0 >"$out/rdzv0.log" 2>&1 &
+      rdzv 1 >"$out/rdzv1.log" 2>&1 || fail "c10d, two hosts: $(cat "$out/rdzv0.log" "$out/rdzv1.log")"
+      wait $! || fail "c10d, two hosts, host 0: $(cat "$out/rdzv0.log")"
+      same rdzv
+      grep -q "so gloo uses $addr0, the address other hosts reach this one at" "$out/rdzv0.log" ||
+        fail "host 0 took no outward address: $(cat "$out/rdzv0.log")"
+      # --nnodes 1:2, host 1's link cut mid-run: host 0's agent restarts its rank alone, which
+      # resumes from its own disk (its shard and host 1's replica), re-sharded 2 -> 1, as
+      # ampactor-ckpt reshard would. The restarted attempt first copies the save it will resume.
+      sharded=(--path pipeline --model mlp --shard --fused --adam --staleness 0 --steps 100
+        --save-every 5 --timeout-ms 3000)
+      mkdir -p "$out/el/A" "$out/el/B" "$out/el/o" "$out/el/ref" "$out/el/ref-o"
+      elastic() {
+        (cd "$out/el/$2" && exec "$here/netns-hosts.sh" exec $name "$1" "$torchrun" --nnodes 1:2 \
+          --nproc-per-node 1 --max-restarts 1 --rdzv-backend c10d --rdzv-endpoint $name-0:"$p2" \
+          --rdzv-conf last_call_timeout=1 --no-python sh -c \
+          'if [ "$TORCHELASTIC_RESTART_COUNT" = 1 ]; then mkdir -p snap && cp ckpt* snap/; fi; exec "$@"' \
+          sh "$worker" --out "$out/el/o" "${sharded[@]}" --step-ms 50 --resume-any --ckpt ckpt)
+      }
+      "$here/netns-hosts.sh" heal $name 1
+      elastic 0 A >"$out/el0.log" 2>&1 & pid0=$!
+      elastic 1 B >"$out/el1.log" 2>&1 & pid1=$!
+      saved() { sed -n 's/^ *"step": \([0-9]*\),*/\1/p' "$out/el/A/ckpt" 2>/dev/null; }
+      for _ in $(seq 600); do [ "$(saved)" ] && [ "$(saved)" -ge 14 ] && break; sleep 0.1; done
+      [ "$(saved)" ] && [ "$(saved)" -ge 14 ] || fail "no save on host 0: $(cat "$out/el0.log")"
+      "$here/netns-hosts.sh" cut $name 1 || fail "the link could not be cut"
+      wait $pid0 || fail "host 0 did not resume alone: $(cat "$out/el0.log")"
+      kill $pid1 2>/dev/null  # host 1's agent waits for a store it cannot reach
+      step=$(sed -n 's/^ *"step": \([0-9]*\),*/\1/p' "$out/el/A/snap/ckpt")
+      "$(dirname "$launch")/ampactor-ckpt" reshard "$out/el/A/snap/ckpt" --world 1 \
+        "$out/el/ref/ckpt" >"$out/el/reshard.log" 2>&1 || fail "reshard: $(cat "$out/el/reshard.log")"
+      "$launch" --nproc 1 --master-port 0 -- "$worker" --out "$out/el/ref-o" "${sharded[@]}" \
+        --resume --ckpt "$out/el/ref/ckpt" >"$out/el/ref.log" 2>&1 ||
+        fail "the reference run: $(cat "$out/el/ref.log")"
+      cmp -s "$out/el/ref-o/rank0.txt" "$out/el/o/rank0.txt" ||
+        fail "the restarted rank differs from ampactor-ckpt reshard's run"
+      [ "$(head -1 "$out/el/o/rank0.txt" | cut -d' ' -f1)" = $((step + 1)) ] ||
+        fail "the restart did not resume after the last save (step $step)"
+      echo "torchrun --nnodes 1:2: host 1 cut after the save at $step; host 0 resumed alone"
     else
       echo "torchrun on two hosts skipped: $("$here/netns-hosts.sh" check)"
     fi

@@ -74,8 +74,10 @@ struct Launch {
 /// 4. Slurm's srun: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, in a job step (SLURM_STEP_ID).
 /// Forms 2-4 name no store: MASTER_ADDR and MASTER_PORT when set, else under Slurm the first host
 /// of SLURM_STEP_NODELIST (or SLURM_NODELIST) and port 15000 + SLURM_JOB_ID % 20000, else
-/// 127.0.0.1:29500 (one host; set MASTER_ADDR for more). None there, or a value that is not a
-/// number in range: ScalerError(errc::bad_option) naming every form looked for, or the variable.
+/// 127.0.0.1:29500 (one host; set MASTER_ADDR for more: Open MPI's or PMI's ranks on several
+/// hosts without it are refused, naming it). Slurm's local size is known for a one-node step
+/// (SLURM_STEP_NUM_NODES or SLURM_NNODES 1). None there, or a value that is not a number in
+/// range: ScalerError(errc::bad_option) naming every form looked for, or the variable.
 Launch launch_from_env();
 
 /// The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"); ScalerError
@@ -116,10 +118,11 @@ struct World {
 /// agent hosts one there already, every rank is the agent's client when this LibTorch speaks its
 /// protocol (LibTorch 2.x; AMPACTOR_AGENT_STORE=1 or 0 forces the choice), else rank 0 hosts
 /// ampactor's own at MASTER_PORT + 1 (AMPACTOR_STORE_PORT names another), said once. gloo's device:
-/// GLOO_SOCKET_IFNAME's interface when set; loopback when MASTER_ADDR is a loopback address; else
-/// this host's name, or, where the name resolves to a loopback address (Debian's 127.0.1.1), the
-/// address that routes to MASTER_ADDR (said once). A device on loopback while MASTER_ADDR is
-/// another host is refused at once, naming GLOO_SOCKET_IFNAME. The ranks agree on WORLD_SIZE and
+/// GLOO_SOCKET_IFNAME's interface when set; loopback when MASTER_ADDR is a loopback address and
+/// every rank runs here; else this host's name, or, where the name resolves to a loopback address
+/// (Debian's 127.0.1.1), the address that routes to MASTER_ADDR, or on MASTER_ADDR's own host the
+/// default route's or the only outward address (said once). A device on loopback while ranks run
+/// on other hosts is refused at once, naming GLOO_SOCKET_IFNAME. The ranks agree on WORLD_SIZE and
 /// that no rank joins twice (else every rank is refused at once, naming both). A store or group
 /// that cannot be reached within the timeout fails with ScalerError(errc::rank_failed) carrying
 /// c10d's error; every rank says in the store that it joined before the group forms, so a rank
