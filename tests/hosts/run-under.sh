@@ -5,7 +5,8 @@
 # Usage: run-under.sh hosts|mpirun|srun|torchrun LAUNCH WORKER OUT
 #   hosts:  ampactor-launch --nnodes 2 on two network-namespace hosts named as Debian names them
 #   mpirun: Open MPI's mpirun -np 2, on this host and on two namespace hosts (netns-rsh.sh)
-#   srun: srun -n 2 on a one-node Slurm started here
+#   srun: srun -n 2 on a one-node Slurm started here, and srun -N 2 on a two-node one whose nodes
+#     are namespace hosts (slurm-hosts.sh)
 #   torchrun: PyTorch's, from PyPI into OUT/../torch-venv, in each of its modes, a restart, two
 #     hosts (static and c10d), and --nnodes 1:2 losing a host
 #   lost-host: 4 sharded ranks on 2 namespace hosts, host 0's link cut mid-run; host 1's 2 ranks
@@ -92,14 +93,35 @@ case $mode in
     fi
     ;;
   srun)
-    slurm=$here/slurm-one-node.sh
+    slurm=$here/slurm-one-node.sh hosts=$here/slurm-hosts.sh
     "$slurm" check || exit 77
-    trap '"$slurm" stop "$out/slurm" >/dev/null 2>&1' EXIT
+    # Both clusters stopped (and the namespace hosts removed) however this ends; a signal too.
+    trap '"$slurm" stop "$out/slurm" >/dev/null 2>&1; "$hosts" stop "$out/slurm2" >/dev/null 2>&1' EXIT
+    trap 'exit 1' INT TERM
     "$slurm" start "$out/slurm" >"$out/slurm.log" 2>&1 ||
       { [ $? -eq 77 ] && skip "$(tail -1 "$out/slurm.log")"; fail "Slurm did not start: $(cat "$out/slurm.log")"; }
     # No MASTER_ADDR or MASTER_PORT: the first host of the step and a port from the job id.
-    "$slurm" run "$out/slurm" srun -n 2 "$worker" --out "$out/run" "${args[@]}" >"$out/run.log" 2>&1 ||
-      fail "srun failed: $(cat "$out/run.log")"
+    timeout -k 5 45 "$slurm" run "$out/slurm" srun -n 2 "$worker" --out "$out/run" "${args[@]}" \
+      >"$out/run.log" 2>&1 || fail "srun failed: $(cat "$out/run.log")"
+    "$slurm" stop "$out/slurm" >/dev/null 2>&1  # two cores: one cluster at a time
+    # Two hosts as Debian names them, one rank each: slurmctld and a slurmd on host 0, a slurmd
+    # on host 1, srun on host 0. Rank 0's host is the step's first by name, 127.0.1.1 on itself.
+    mkdir -p "$out/two"
+    if ! why=$("$hosts" check); then
+      echo "srun on two hosts skipped: ${why#slurm-hosts: }"
+    elif ! SLURM_ONE_NODE_TIMEOUT=20 "$hosts" start "$out/slurm2" 2 >"$out/slurm2.log" 2>&1; then
+      why=$(grep -m1 '^slurm-hosts: ' "$out/slurm2.log" || tail -1 "$out/slurm2.log")
+      echo "srun on two hosts skipped: ${why#slurm-hosts: } (see $out/slurm2.log)"
+    else
+      timeout -k 5 45 "$hosts" run "$out/slurm2" srun -N 2 -n 2 --ntasks-per-node 1 "$worker" \
+        --out "$out/two" "${args[@]}" >"$out/two.log" 2>&1 ||
+        fail "srun on two hosts failed: $(cat "$out/two.log")"
+      for r in 0 1; do
+        cmp -s "$out/one/rank$r.txt" "$out/two/rank$r.txt" ||
+          fail "srun on two hosts: rank $r differs from one host's"
+      done
+      echo "srun on two hosts: both ranks equal one host's, byte for byte"
+    fi
     ;;
   torchrun)
     venv=$(dirname "$out")/torch-venv

@@ -4,6 +4,7 @@
 # in a state folder DIR, on free ports, so it never touches a system Slurm.
 # Usage: slurm-one-node.sh check | start DIR | run DIR CMD... | stop DIR
 # `check` and `start` exit 77 (ctest skip) when Slurm can't run here.
+# slurm-hosts.sh sources this file for the same cluster on namespace hosts.
 set -uo pipefail
 
 prog=slurm-one-node
@@ -14,6 +15,12 @@ stop_timeout=10
 # fits anywhere (config_overrides makes slurmd accept it).
 node_cpus=${SLURM_ONE_NODE_CPUS:-8}
 daemons=(slurmd slurmctld munged)
+# The command prefix that runs a program on node I of the cluster in DIR (on_node DIR I
+# sets it): none, every node is this host. slurm-hosts.sh puts each node on a host of its
+# own, and takes those hosts down in `stopped DIR`, the last step of a stop.
+on=()
+on_node() { on=(); }
+stopped() { :; }
 
 die() { echo "$prog: $*" >&2; exit "${rc:-1}"; }
 
@@ -76,14 +83,14 @@ free_port_pair() {
 
 pid_of() { local p; read -r p 2>/dev/null < "$1/pids/$2" && echo "$p"; }
 
-# True if pid file NAME names a live process that is still NAME (pids get
-# reused). A zombie counts as gone: an init that reaps slowly (seconds, in some
-# containers) must not make stop wait for it.
+# True if pid file NAME (DAEMON or DAEMON@NODE) names a live process that is
+# still DAEMON (pids get reused). A zombie counts as gone: an init that reaps
+# slowly (seconds, in some containers) must not make stop wait for it.
 alive() {
     local p stat
     p=$(pid_of "$1" "$2") || return 1
     read -r stat 2>/dev/null < "/proc/$p/stat" || return 1
-    [[ $stat == "$p ($2) "[^ZX]* ]]
+    [[ $stat == "$p (${2%@*}) "[^ZX]* ]]
 }
 
 # Prints the pids of processes (other than this one) with LINE in their
@@ -96,7 +103,7 @@ pids_with_env() {
     done < <(grep -lzxF -- "$1" /proc/[0-9]*/environ 2>/dev/null)
 }
 
-# Leftovers of jobs. slurmstepd has an empty environment but keeps our slurmd
+# Leftovers of jobs. slurmstepd has an empty environment but keeps its slurmd's
 # log open; srun clients and tasks carry the SLURM_CONF that `run` set (tasks
 # also a job id; the shell that `run` started has neither srun nor a job id).
 leftover_pids() {
@@ -104,7 +111,7 @@ leftover_pids() {
     while read -r f; do
         p=${f#/proc/}; p=${p%/comm}
         for fd in /proc/"$p"/fd/*; do
-            [[ $(readlink "$fd" 2>/dev/null) == "$dir/log/slurmd.log" ]] && { echo "$p"; break; }
+            [[ $(readlink "$fd" 2>/dev/null) == "$dir"/log/slurmd-*.log ]] && { echo "$p"; break; }
         done
     done < <(grep -lx slurmstepd /proc/[0-9]*/comm 2>/dev/null)
     for p in $(pids_with_env "SLURM_CONF=$dir/slurm.conf"); do
@@ -135,11 +142,12 @@ stop_daemon() {
 }
 
 stop_all() {
-    local dir=$1 i p left
+    local dir=$1 i p f left
     # Cancel jobs first, so slurmstepd kills its tasks itself.
     if alive "$dir" slurmctld; then
-        SLURM_CONF=$dir/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null |
-            SLURM_CONF=$dir/slurm.conf xargs -r timeout 5 scancel 2>/dev/null
+        on_node "$dir" 0
+        SLURM_CONF=$dir/slurm.conf timeout 5 "${on[@]}" squeue -h -o %i 2>/dev/null |
+            SLURM_CONF=$dir/slurm.conf xargs -r timeout 5 "${on[@]}" scancel 2>/dev/null
         for (( i = 0; i < 50; i++ )); do
             [[ -z $(leftover_pids "$dir") ]] && break
             sleep 0.1
@@ -147,12 +155,17 @@ stop_all() {
     fi
     left=$(leftover_pids "$dir")
     for p in $left; do kill -KILL "$p" 2>/dev/null; done
-    for p in "${daemons[@]}"; do stop_daemon "$dir" "$p"; done
+    for p in "${daemons[@]}"; do
+        for f in "$dir/pids/$p" "$dir/pids/$p"@*; do
+            [[ -e $f ]] && stop_daemon "$dir" "${f##*/}"
+        done
+    done
     # The munge socket may live in a short folder outside DIR (see start).
     if [[ -r $dir/munge/socket-dir ]]; then
         read -r p < "$dir/munge/socket-dir" && [[ $p == /tmp/$prog.* ]] && rm -rf -- "$p"
         rm -f -- "$dir/munge/socket-dir"
     fi
+    stopped "$dir"
 }
 
 cmd_stop() {
@@ -190,7 +203,7 @@ launch() {
     # Until the exec, the child is still "bash" or "setsid"; `alive` checks the name.
     for (( i = 0; i < 50; i++ )); do
         read -r comm 2>/dev/null < "/proc/$p/comm" || break
-        [[ $comm == "$name" ]] && break
+        [[ $comm == "${name%@*}" ]] && break
         sleep 0.02
     done
     echo "$p" > "$dir/pids/$name"
@@ -226,12 +239,19 @@ start_munge() {
     fail "$dir" "munged made no socket in ${start_timeout}s" "$m/munged.log"
 }
 
+# Usage: write_conf DIR PORT NODE=ADDR...: slurmctld on the first node, a slurmd on each.
 write_conf() {
-    local dir=$1 node=$2 port=$3
+    local dir=$1 port=$2 n names="" nodes=""
+    shift 2
+    for n in "$@"; do
+        names+=${names:+,}${n%%=*}
+        nodes+="NodeName=${n%%=*} NodeAddr=${n#*=} NodeHostname=${n%%=*} CPUs=$node_cpus State=UNKNOWN"$'\n'
+    done
+    # %n: each slurmd (one a node, all reading this file) has its own spool, pid and log.
     cat > "$dir/slurm.conf" <<EOF
-# One-node test cluster written by $prog; all paths are inside this folder.
-ClusterName=onenode
-SlurmctldHost=$node(127.0.0.1)
+# Test cluster written by $prog; all paths are inside this folder.
+ClusterName=ampactortest
+SlurmctldHost=${1%%=*}(${1#*=})
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 SlurmUser=root
@@ -240,11 +260,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$munge_socket
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/run/slurmctld.pid
-SlurmdPidFile=$dir/run/slurmd.pid
+SlurmdPidFile=$dir/run/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 # No cgroups, no accounting: nothing outside this folder is needed.
@@ -263,47 +283,67 @@ ReturnToService=2
 InactiveLimit=0
 KillWait=2
 MinJobAge=10
-NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$node CPUs=$node_cpus State=UNKNOWN
-PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP
+${nodes}PartitionName=test Nodes=$names Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
-cmd_start() {
-    local dir node port state i why l
+# The first half of `start`: Slurm usable here (else exit 77), DIR made and cleared of an
+# earlier run (a crash may have left daemons or jobs); sets dir to its absolute path.
+new_state_dir() {
+    local why
     why=$(unusable)
     [[ -z $why ]] || rc=77 die "$why"
     [[ -n ${1:-} ]] || usage
     mkdir -p -- "$1" || die "cannot create $1"
     dir=$(state_dir "$1") || exit 1
-    # Restart from scratch: a crashed earlier run may have left daemons or jobs.
     stop_all "$dir"
     rm -rf -- "$dir/state" "$dir/spool" "$dir/run" "$dir/log" "$dir/pids"
     mkdir -p -- "$dir/state" "$dir/spool" "$dir/run" "$dir/log" "$dir/pids" ||
         die "cannot create folders in $dir"
-    node=$(hostname -s 2>/dev/null || uname -n)
-    node=${node%%.*}
+}
 
+# The second half: munged, slurmctld on the first node and a slurmd on each (where on_node
+# says), then a wait until every node is idle. Usage: start_cluster DIR NODE=ADDR...
+start_cluster() {
+    local dir=$1 l=$1/log port i n f state
+    shift
     start_munge "$dir"
     port=$(free_port_pair) || fail "$dir" "no free port pair in 20000-32000"
-    write_conf "$dir" "$node" "$port"
+    write_conf "$dir" "$port" "$@"
 
-    l=$dir/log
-    launch "$dir" slurmctld "$l/slurmctld.out" slurmctld -D -f "$dir/slurm.conf"
-    # -N: the node name is ours to choose; don't depend on the hostname lookup.
-    launch "$dir" slurmd "$l/slurmd.out" slurmd -D -f "$dir/slurm.conf" -N "$node"
+    on_node "$dir" 0
+    launch "$dir" slurmctld "$l/slurmctld.out" "${on[@]}" slurmctld -D -f "$dir/slurm.conf"
+    for (( i = 0; i < $#; i++ )); do
+        n=${*:i+1:1}; n=${n%%=*}
+        # slurmd's spool (%n): made here, as slurmd looks for it (logging an error) first.
+        mkdir -p -- "$dir/spool/$n"
+        on_node "$dir" "$i"
+        # -N: the node name is ours to choose; don't depend on the hostname lookup.
+        launch "$dir" "slurmd@$n" "$l/slurmd-$n.out" "${on[@]}" slurmd -D -f "$dir/slurm.conf" -N "$n"
+    done
 
+    on_node "$dir" 0
     for (( i = 0; i < start_timeout * 5; i++ )); do
-        alive "$dir" slurmctld || fail "$dir" "slurmctld exited" "$l"/slurmctld.{out,log}
-        alive "$dir" slurmd || fail "$dir" "slurmd exited" "$l"/slurmd.{out,log}
-        state=$(SLURM_CONF=$dir/slurm.conf sinfo -h -n "$node" -o %t 2>/dev/null)
+        for f in "$dir"/pids/slurm*; do
+            f=${f##*/}
+            alive "$dir" "$f" || fail "$dir" "$f exited" "$l/${f/@/-}".{out,log}
+        done
+        # One line per state: all nodes idle is exactly "idle".
+        state=$(SLURM_CONF=$dir/slurm.conf timeout 5 "${on[@]}" sinfo -h -o %t 2>/dev/null)
         if [[ $state == idle ]]; then
             echo "export SLURM_CONF=$dir/slurm.conf"
             return 0
         fi
         sleep 0.2
     done
-    fail "$dir" "node $node not idle after ${start_timeout}s (state '${state:-?}')" \
-        "$l"/slurmctld.{out,log} "$l"/slurmd.{out,log}
+    fail "$dir" "nodes not idle after ${start_timeout}s (state '${state//$'\n'/ }')" "$l"/*
+}
+
+cmd_start() {
+    local dir node
+    new_state_dir "${1:-}"
+    node=$(hostname -s 2>/dev/null || uname -n)
+    start_cluster "$dir" "${node%%.*}=127.0.0.1"
 }
 
 cmd_run() {
@@ -317,9 +357,12 @@ cmd_run() {
     for v in $(compgen -e); do
         case $v in SLURM_* | SRUN_* | SALLOC_* | SBATCH_* | SQUEUE_* | SINFO_*) unset "$v" ;; esac
     done
-    SLURM_CONF=$dir/slurm.conf exec "$@"
+    on_node "$dir" 0
+    SLURM_CONF=$dir/slurm.conf exec "${on[@]}" "$@"
 }
 
+# Sourced (by slurm-hosts.sh): the functions only.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 case ${1:-} in
     check) cmd_check ;;
     start) cmd_start "${2:-}" ;;
