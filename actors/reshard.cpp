@@ -5,6 +5,7 @@
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
+#include "internal/optimizer_file.h"
 #include "internal/sharded_run.h"
 
 #include <ATen/ops/empty.h>
@@ -23,6 +24,7 @@ namespace {
 
 using torch::serialize::InputArchive;
 using torch::serialize::OutputArchive;
+using internal::kOptimizerKind;
 
 [[noreturn]] void refuse(const std::string& why) {
   throw ScalerError(errc::bad_checkpoint, why + "; nothing was written");
@@ -91,7 +93,7 @@ struct Run {
   std::optional<Node> model, options;
   std::optional<StateDict> scaler;
   std::vector<std::pair<std::string, c10::IValue>> pipeline;  // format, staleness, setup...
-  c10::IValue pytorch_version;
+  c10::IValue pytorch_version, kind;  // the optimizer's format and kind
 };
 
 /// The entries of one run file that a re-shard reads.
@@ -228,6 +230,7 @@ void merge_common(Run& run, File& f, const std::string& who, bool first) {
   if (InputArchive a; f.all.try_read("model", a)) run.model = read_node(a);
   InputArchive param_groups, group, options;
   f.opt.try_read("pytorch_version", run.pytorch_version);
+  f.all.try_read(kOptimizerKind, run.kind);
   f.opt.try_read("param_groups", param_groups);
   param_groups.try_read("param_groups/0", group);
   if (group.try_read("options", options)) run.options = read_node(options);
@@ -344,6 +347,7 @@ void write_run(const Run& run, const std::vector<ShardPiece>& pieces, bool whole
   param_groups.write("param_groups/0", group);
   opt.write("param_groups", param_groups);
   all.write("optimizer", opt);
+  if (run.kind.isString()) all.write(kOptimizerKind, run.kind);
   if (run.scaler) {
     OutputArchive scaler(cu);
     write_state_dict(*run.scaler, scaler);

@@ -7,21 +7,22 @@
 #include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/scaler/ranks.h>
+#include "internal/optimizer_file.h"
 #include "internal/sharded_run.h"
 
 #include <torch/nn/module.h>
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 #include <torch/utils.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <vector>
 
 namespace ampactor {
@@ -68,37 +69,28 @@ void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
   }
 }
 
-/// The state tensors of a parameter's optimizer state, where its type is known.
-std::vector<at::Tensor> state_tensors(torch::optim::OptimizerParamState& s) {
-  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(&s))
-    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
-  if (auto* a = dynamic_cast<torch::optim::AdamWParamState*>(&s))
-    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
-  if (auto* g = dynamic_cast<torch::optim::SGDParamState*>(&s)) return {g->momentum_buffer()};
-  return {};
-}
+using OptionsList = std::vector<std::unique_ptr<torch::optim::OptimizerOptions>>;
 
-/// Every known state tensor has its parameter's shape and dtype.
-void check_optimizer_state(torch::optim::Optimizer& opt) {
-  std::size_t i = 0;
-  for (auto& group : opt.param_groups())
-    for (const at::Tensor& p : group.params()) {
-      if (torch::optim::OptimizerParamState* s = optim::param_state(opt, p))
-        for (const at::Tensor& t : state_tensors(*s))
-          if (t.defined() && (t.sizes() != p.sizes() || t.scalar_type() != p.scalar_type()))
-            refuse("optimizer", "the state of parameter " + std::to_string(i) + " is " +
-                                    shape_of(t) + ", the parameter " + shape_of(p));
-      ++i;
-    }
-}
-
-/// The optimizer as its snapshot holds it.
-void restore_optimizer(const RunParts& parts, std::stringstream& snapshot) {
+/// The optimizer as its snapshot and its groups' options hold it.
+void restore_optimizer(const RunParts& parts, std::stringstream& snapshot,
+                       const OptionsList& options) {
   torch::serialize::InputArchive back;
   snapshot.clear();
   snapshot.seekg(0);
   back.load_from(snapshot);
   parts.optimizer()->load(back);
+  internal::set_group_options(*parts.optimizer(), options);
+}
+
+/// LibTorch's reason, without its backtrace or its request to report a bug: the file's layout
+/// is not what this optimizer's load reads.
+std::string libtorch_reason(const std::exception& e, const std::string& kind) {
+  const auto* c = dynamic_cast<const c10::Error*>(&e);
+  std::string m = c ? c->msg() : e.what();
+  if (m.find("INTERNAL ASSERT FAILED") != std::string::npos || m.find('\n') != std::string::npos)
+    m = m.substr(0, std::min(m.find('\n'), m.find(" INTERNAL ASSERT FAILED")));
+  return "LibTorch cannot read it as " + (kind.empty() ? "this optimizer" : kind) + "'s (" + m +
+         ")";
 }
 
 /// Reads `key`'s sub-archive into `a` (an archive is not copyable in every library).
@@ -117,7 +109,12 @@ void run_archive(const RunParts& parts, std::int64_t step, torch::serialize::Out
   // The pipeline first: it waits for the steps in flight, so the optimizer holds still.
   if (parts.pipeline()) write("pipeline", [&](auto& a) { parts.pipeline()->save(a); });
   if (parts.model()) write("model", [&](auto& a) { parts.model()->save(a); });
-  if (parts.optimizer()) write("optimizer", [&](auto& a) { parts.optimizer()->save(a); });
+  if (parts.optimizer()) {
+    write("optimizer", [&](auto& a) { parts.optimizer()->save(a); });
+    // LibTorch's file does not say which optimizer wrote it (Adam's and AdamW's look alike).
+    if (const std::string k = internal::optimizer_kind(*parts.optimizer()); !k.empty())
+      all.write(internal::kOptimizerKind, c10::IValue(k));
+  }
   if (parts.scaler()) write("scaler", [&](auto& a) { parts.scaler()->save(a); });
   all.write("step", c10::IValue(step));
 }
@@ -149,7 +146,8 @@ struct Checked {
   torch::serialize::InputArchive model_ar;
   std::optional<StateDict> scaler_sd;
   std::optional<internal::RunAccess::Loaded> pipe_loaded;
-  std::stringstream opt_snapshot;  // the optimizer as it was, once its load was tried
+  std::stringstream opt_snapshot;               // the optimizer as it was, once its load was tried
+  OptionsList opt_options_before, opt_options;  // its groups' options, before and in the file
   std::int64_t step = 0;
   std::string model_digests;  // check_module's: a line per tensor
 };
@@ -167,7 +165,18 @@ void check_run(const std::string& path, const RunParts& parts, Checked& c) {
     part(all, "model", c.model_ar);
     check_module(*parts.model(), c.model_ar, "", c.model_digests);
   }
-  if (parts.optimizer()) part(all, "optimizer", opt_ar);
+  if (parts.optimizer()) {
+    part(all, "optimizer", opt_ar);
+    c10::IValue kind;
+    if (all.try_read(internal::kOptimizerKind, kind) && !kind.isString())
+      refuse("optimizer", "its kind is not a name");
+    try {
+      c.opt_options = internal::check_optimizer_file(
+          opt_ar, kind.isString() ? kind.toStringRef() : "", *parts.optimizer());
+    } catch (const std::invalid_argument& e) {
+      refuse("optimizer", e.what());
+    }
+  }
   if (parts.scaler()) {
     torch::serialize::InputArchive a;
     part(all, "scaler", a);
@@ -195,11 +204,19 @@ void check_run(const std::string& path, const RunParts& parts, Checked& c) {
     torch::serialize::OutputArchive snap;
     parts.optimizer()->save(snap);
     snap.save_to(c.opt_snapshot);
+    c.opt_options_before = internal::group_options(*parts.optimizer());
     try {
-      parts.optimizer()->load(opt_ar);
-      check_optimizer_state(*parts.optimizer());
+      try {
+        parts.optimizer()->load(opt_ar);
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(
+            libtorch_reason(e, internal::optimizer_kind(*parts.optimizer())));
+      }
+      internal::check_optimizer_state(*parts.optimizer());
+      // LibTorch 1.13's load reads each group's options and drops them.
+      internal::set_group_options(*parts.optimizer(), c.opt_options);
     } catch (const std::exception& e) {
-      restore_optimizer(parts, c.opt_snapshot);
+      restore_optimizer(parts, c.opt_snapshot, c.opt_options_before);
       if (dynamic_cast<const ScalerError*>(&e)) throw;
       refuse("optimizer", e.what());
     }
@@ -224,7 +241,7 @@ std::int64_t load_run_file(const std::string& path, const RunParts& parts,
   if (agreed) try {
       agreed("", c.step, internal::bytes_digest(c.model_digests.data(), c.model_digests.size()));
     } catch (...) {
-      if (tried_optimizer) restore_optimizer(parts, c.opt_snapshot);
+      if (tried_optimizer) restore_optimizer(parts, c.opt_snapshot, c.opt_options_before);
       throw;
     }
   // The rest was checked: Module::load, the scaler's and the pipeline's loads take it as it is.
@@ -249,7 +266,7 @@ std::int64_t load_run_file(const std::string& path, const RunParts& parts,
     for (auto& [t, old] : model_before)
       at::Tensor(t).set_(old);
     if (scaler_before) parts.scaler()->load_state_dict(*scaler_before);
-    if (parts.optimizer()) restore_optimizer(parts, c.opt_snapshot);
+    if (parts.optimizer()) restore_optimizer(parts, c.opt_snapshot, c.opt_options_before);
     throw;
   }
   return c.step;

@@ -1,13 +1,16 @@
 // The digest a sharded run's manifest records of each shard file (and of a replica's bytes in
 // memory, before they are written).
 #include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/checkpoint.h>
 #include <ampactor/core/errors.h>
 #include "internal/sharded_run.h"
 
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+
+#include <algorithm>
 #include <vector>
 
 namespace ampactor {
@@ -39,16 +42,31 @@ struct WordDigest {
 }  // namespace
 
 std::string file_digest(const std::string& path, std::uint64_t* bytes) {
-  const auto refuse = [](const std::string& why) { return ScalerError(errc::bad_checkpoint, why); };
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw refuse("cannot open '" + path + "': " + std::strerror(errno));
+  // A regular file only, read to the size it had when opened: a FIFO or /dev/zero never ends.
+  std::uint64_t size = 0;
+  const int fd = open_regular_file(path, "the shard file", &size);
   WordDigest d;
-  std::vector<char> buf(1 << 20);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    d.add(buf.data(), std::size_t(in.gcount()));
+  constexpr std::size_t chunk = 1 << 20;  // whole words: add() pads only the last piece
+  std::vector<char> buf(chunk + 8);
+  for (std::uint64_t left = size; left > 0;) {
+    const std::size_t want = std::size_t(std::min<std::uint64_t>(left, chunk));
+    std::size_t got = 0;
+    while (got < want) {
+      const ssize_t n = ::read(fd, buf.data() + got, want - got);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        throw ScalerError(errc::bad_checkpoint,
+                          "cannot read '" + path + "': " + std::string(std::strerror(err)));
+      }
+      if (n == 0) break;  // shrunk meanwhile: its size and digest say so
+      got += std::size_t(n);
+    }
+    d.add(buf.data(), got);
+    left = got < want ? 0 : left - got;
   }
-  if (in.bad()) throw refuse("cannot read '" + path + "'");
+  ::close(fd);
   if (bytes) *bytes = d.n;
   return d.text();
 }

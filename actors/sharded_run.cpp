@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -60,11 +61,21 @@ std::string ShardManifest::to_json() const {
 }
 
 bool is_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char c = 0;
-  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  // Only a regular file can be one: a FIFO or a device is never opened blocking or read whole.
+  std::uint64_t size = 0;
+  int fd = -1;
+  try {
+    fd = open_regular_file(path, "file", &size);
+  } catch (const ScalerError&) {
+    return false;
   }
-  return in && c == '{';
+  char buf[4096];
+  ssize_t n = 0, i = 0;
+  while (i == n && (n = ::read(fd, buf, sizeof buf)) > 0)
+    for (i = 0; i < n && std::isspace(static_cast<unsigned char>(buf[i]));)
+      ++i;
+  ::close(fd);
+  return n > 0 && i < n && buf[i] == '{';
 }
 
 namespace internal {
@@ -98,8 +109,13 @@ ShardManifest parse_manifest(const std::string& text, const std::string& path) {
            std::to_string(m.numels.size()) + " parameters");
   for (std::size_t i = 0; i < m.shapes.size(); ++i) {
     std::int64_t n = 1;
-    for (std::int64_t d : m.shapes[i])
+    for (std::int64_t d : m.shapes[i]) {
+      // Two negative sizes would multiply to the right count.
+      if (d < 0 || (d > 0 && n > std::numeric_limits<std::int64_t>::max() / d))
+        refuse("the manifest '" + path + "': parameter " + std::to_string(i) + "'s shape has a " +
+               (d < 0 ? "negative size " + std::to_string(d) : "size product beyond int64"));
       n *= d;
+    }
     if (n != m.numels[i])
       refuse("the manifest '" + path + "': parameter " + std::to_string(i) + "'s shape holds " +
              std::to_string(n) + " elements, the layout " + std::to_string(m.numels[i]));
@@ -117,11 +133,7 @@ ShardManifest parse_manifest(const std::string& text, const std::string& path) {
 
 /// The text of the manifest at `path`, read once; anything but a manifest refused.
 std::string internal::manifest_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) refuse("cannot open the manifest '" + path + "': " + std::strerror(errno));
-  std::ostringstream o;
-  o << in.rdbuf();
-  const std::string text = o.str();
+  const std::string text = read_regular_file(path, "the manifest", kManifestLimit);
   const auto first = text.find_first_not_of(" \t\r\n");
   if (first == std::string::npos || text[first] != '{')
     refuse("'" + path +
@@ -147,7 +159,9 @@ std::string shard_problem(const ShardManifest& m, const std::string& path, int r
   std::uint64_t bytes = 0;
   std::string d;
   try {
-    d = file_digest(f, &bytes);
+    // Its size first: a file of another size is not read at all.
+    ::close(open_regular_file(f, "the shard file", &bytes));
+    if (bytes == s.bytes) d = file_digest(f, &bytes);
   } catch (const ScalerError& e) {
     return e.what();
   }

@@ -157,12 +157,6 @@ class MemoryReader : public caffe2::serialize::ReadAdapterInterface {
   std::size_t size_;
 };
 
-std::vector<char> read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) io_error("cannot open checkpoint", path);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 }  // namespace
 
 void write_state_dict(const StateDict& sd, torch::serialize::OutputArchive& archive) {
@@ -217,7 +211,7 @@ void save_text_atomically(const std::string& text, const std::string& path) {
 
 void load_checkpoint(torch::serialize::InputArchive& archive, const std::string& path) {
   // Read first, so that a missing file is named as such rather than as a bad archive.
-  const std::vector<char> bytes = read_whole(path);
+  const std::string bytes = read_regular_file(path, "checkpoint");
   load_checkpoint(archive, bytes.data(), bytes.size(), path);
 }
 
@@ -258,7 +252,7 @@ void load_checkpoint(torch::serialize::InputArchive& archive, const char* data, 
 }
 
 StateDict read_torch_state_dict(const std::string& path) {
-  const std::vector<char> bytes = read_whole(path);
+  const std::string bytes = read_regular_file(path, "state_dict file");
   return read_torch_state_dict(bytes.data(), bytes.size(), path);
 }
 

@@ -66,7 +66,11 @@ std::int64_t load_sharded_run(
 
 /// The manifest in `text` (read from `path`), checked for form.
 ShardManifest parse_manifest(const std::string& text, const std::string& path);
-/// The text of the manifest at `path`; anything but a manifest refused.
+/// The most bytes a manifest is read to: a parameter's entry takes tens of bytes, so a million
+/// parameters fit; a larger "manifest" (a link to a huge file, say) is refused, not read whole.
+inline constexpr std::uint64_t kManifestLimit = std::uint64_t(64) << 20;
+/// The text of the manifest at `path` (a regular file of at most kManifestLimit bytes); anything
+/// but a manifest refused.
 std::string manifest_text(const std::string& path);
 /// "" if rank r's shard file is beside `path` with the size and digest recorded, else what
 /// differs.

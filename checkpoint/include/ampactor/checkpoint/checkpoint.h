@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <ampactor/core/state_dict.h>
@@ -42,6 +43,15 @@ void load_checkpoint(torch::serialize::InputArchive& archive, const std::string&
 /// `name` stands for the path in errors. The bytes are read, never kept.
 void load_checkpoint(torch::serialize::InputArchive& archive, const char* data, std::size_t size,
                      const std::string& name);
+
+/// The bytes of the regular file at `path` (links followed), at most `limit` of them. Anything
+/// else (a directory, a FIFO, a device such as /dev/zero), a larger file, or one that cannot be
+/// read throws ScalerError(errc::bad_checkpoint) naming `what` and the path; a FIFO never blocks.
+std::string read_regular_file(const std::string& path, const std::string& what,
+                              std::uint64_t limit = UINT64_MAX);
+/// The regular file at `path`, opened for reading (its descriptor, the caller's to close), and
+/// its size in `size`; throws as read_regular_file.
+int open_regular_file(const std::string& path, const std::string& what, std::uint64_t* size);
 
 /// The GradScaler state_dict in a file written by PyTorch's torch.save(scaler.state_dict(), f).
 /// A file that is not such a dict: ScalerError(errc::bad_checkpoint).
