@@ -22,9 +22,9 @@
 namespace ampactor {
 namespace {
 
+using internal::kOptimizerKind;
 using torch::serialize::InputArchive;
 using torch::serialize::OutputArchive;
-using internal::kOptimizerKind;
 
 [[noreturn]] void refuse(const std::string& why) {
   throw ScalerError(errc::bad_checkpoint, why + "; nothing was written");
@@ -93,7 +93,7 @@ struct Run {
   std::optional<Node> model, options;
   std::optional<StateDict> scaler;
   std::vector<std::pair<std::string, c10::IValue>> pipeline;  // format, staleness, setup...
-  c10::IValue pytorch_version, kind;  // the optimizer's format and kind
+  c10::IValue pytorch_version, kind;                          // the optimizer's format and kind
 };
 
 /// The entries of one run file that a re-shard reads.
@@ -380,6 +380,12 @@ void reshard_run(const std::string& in, int world, const std::string& out,
   if (base.empty() || base == "." || base == "..")
     throw ScalerError(errc::bad_option, "reshard_run: '" + out + "' names no file");
   const Run run = read_run(in, progress);
+  // A rank per element at most: more would only write empty shards (2^31 of them, say).
+  if (const std::int64_t total = ShardLayout(run.numels, 1).total();
+      world > std::max<std::int64_t>(1, total))
+    throw ScalerError(errc::bad_option, "reshard_run: world " + std::to_string(world) +
+                                            " is more ranks than the run's " +
+                                            std::to_string(total) + " elements");
   const ShardLayout layout(run.numels, world);
   ShardManifest m;
   m.step = run.step;

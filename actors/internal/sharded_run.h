@@ -75,6 +75,10 @@ std::string manifest_text(const std::string& path);
 /// "" if rank r's shard file is beside `path` with the size and digest recorded, else what
 /// differs.
 std::string shard_problem(const ShardManifest& m, const std::string& path, int r);
+/// The step a shard file (a run file) holds.
+std::int64_t shard_step(const std::string& file);
+/// "" if rank r's shard holds the manifest's step `step`, else what differs.
+std::string step_problem(const ShardManifest& m, const std::string& path, int r, std::int64_t step);
 /// The folder of `path` ("." for a bare name).
 std::string folder_of(const std::string& path);
 
