@@ -137,10 +137,18 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     overlap_ = std::make_unique<internal::OverlapBackward>(
         scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks(),
         options_.clip_grad_norm(), offload_.get(), shard_.get());
+  if (overlap_)
+    overlap_->set_release([this] {
+      // Its optimizer goes first (declared after the pipeline, say, and unwinding): the bucket
+      // jobs queued with it run now, while it is whole.
+      if (scaler_) scaler_->finish_jobs();
+      overlap_->forget_optimizer();
+    });
   scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
 }
 
 AsyncOptimizer::~AsyncOptimizer() {
+  if (overlap_) overlap_->unlink();  // an optimizer that outlives it no longer calls it
   // The queued jobs run to their end before the masters and the optimizers it owns go, even
   // after a job's error (which the scaler reports). A scaler that went first ran them all.
   if (!scaler_) return;

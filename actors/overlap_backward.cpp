@@ -123,6 +123,17 @@ void OverlapBackward::use(torch::optim::Optimizer& opt, const std::vector<at::Te
   opt_ = &opt;
   fused_ = fused;
   masters_ = masters;
+  if (release_) fused_->on_release(release_);
+}
+
+void OverlapBackward::forget_optimizer() {
+  opt_ = nullptr;
+  fused_ = nullptr;
+  masters_.clear();
+}
+
+void OverlapBackward::unlink() {
+  if (fused_) fused_->on_release(nullptr);
 }
 
 void OverlapBackward::grad_final(std::size_t i) {
@@ -298,6 +309,13 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
     note_masters();
     if (fn) fn();
   } catch (...) {
+    // fn threw after its step: the masters and the state have the step, so the model gets its
+    // weights too, as at staleness 0 (the sharded spare's exchange is a collective the other
+    // ranks may not make: there the rank's failure stops them all).
+    if (!shard_ && job->wrote_weights(opt)) try {
+        commit(opt, *job, norm);
+      } catch (...) {
+      }
     fused_->drop_speculation();
     k_ = -1;
     throw;

@@ -72,12 +72,13 @@ kernels::AdamConsts adam_consts(const typename K::O& o, float inv, std::int64_t 
 }
 
 // What a speculative step read and ran with, to tell whether the real one would be the same.
-std::vector<double> adam_inputs(const detail::Slot& s, const kernels::AdamConsts& c,
+// Every option the step reads is here, through its constants or itself (amsgrad).
+std::vector<double> adam_inputs(const detail::Slot& s, const kernels::AdamConsts& c, bool amsgrad,
                                 const at::Tensor& m, const at::Tensor& v, const at::Tensor& vmax) {
   std::vector<double> in = detail::fingerprint(s, {m, v, vmax});
   for (float x : {c.inv, c.wd, c.decay, c.b1, c.omb1, c.b2, c.omb2, c.sqrt_bc2, c.eps, c.neg_step})
     in.push_back(double(x));
-  in.push_back(c.l2), in.push_back(c.decoupled);
+  in.push_back(c.l2), in.push_back(c.decoupled), in.push_back(amsgrad);
   return in;
 }
 
@@ -89,6 +90,18 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
   const std::vector<detail::Slot> slots = detail::collect(groups, step, who);
   if (detail::skipped(step)) return false;
   at::NoGradGuard no_grad;
+  // LibTorch's Adam makes max_exp_avg_sq with the state only, so it cannot step a state made
+  // before amsgrad was turned on either: refused before anything changes.
+  for (std::size_t i = 0; i < slots.size() && !speculative; ++i) {
+    const auto& o = static_cast<const typename K::O&>(groups[slots[i].group].options());
+    auto it = state.find(detail::key_of(slots[i].p));
+    if (slots[i].grad.defined() && o.amsgrad() && it != state.end() &&
+        !static_cast<typename K::S*>(it->second.get())->max_exp_avg_sq().defined())
+      throw ScalerError(errc::bad_option, std::string(who) + ": amsgrad is on, but parameter " +
+                                              std::to_string(i) +
+                                              "'s state was made without it (amsgrad turned on "
+                                              "after its first step); nothing was stepped");
+  }
   std::vector<kernels::StepSpan> spans;
   std::vector<kernels::AdamConsts> consts;
   for (const detail::Slot& s : slots) {
@@ -99,15 +112,51 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
     const auto& o = static_cast<const typename K::O&>(groups[s.group].options());
     auto it = state.find(detail::key_of(s.p));
     auto* have = it == state.end() ? nullptr : static_cast<typename K::S*>(it->second.get());
+    if (speculative && have && o.amsgrad() && !have->max_exp_avg_sq().defined())
+      continue;  // the real step refuses it (above)
     const std::int64_t next = (have ? have->step() : 0) + 1;
     const bool is_fast = detail::fast(
         s, {have ? have->exp_avg() : at::Tensor(), have ? have->exp_avg_sq() : at::Tensor(),
             have ? have->max_exp_avg_sq() : at::Tensor()});
     if (speculative && !is_fast) continue;  // the exact path steps at step_scaled
     const kernels::AdamConsts c = adam_consts<K>(o, step.inv_scale(), next);
+    if (!speculative && !have) {
+      // A first step speculated: its state is the shadow's, installed only now.
+      const auto in = adam_inputs(s, c, o.amsgrad(), {}, {}, {});
+      if (detail::Shadow* sh = detail::matching(spec, s, in, next); sh && sh->first) {
+        detail::swap_master(s, *sh);
+        auto st = std::make_unique<typename K::S>();
+        st->step(next);
+        st->exp_avg(std::move(sh->m));  // the shadow makes new ones next time
+        st->exp_avg_sq(std::move(sh->v));
+        if (o.amsgrad()) st->max_exp_avg_sq(std::move(sh->vmax));
+        state.emplace(detail::key_of(s.p), std::move(st));
+        sh->pending = sh->first = false;
+        continue;
+      }
+    }
+    if (speculative && !have) {
+      // A first step: from zero moments in the shadow's own buffers, stepped in place there, so
+      // that no state enters the live optimizer (a save meanwhile would write it) before the
+      // step is taken.
+      detail::Shadow& sh = spec.shadows[s.p.unsafeGetTensorImpl()];
+      kernels::StepSpan span = detail::span_of(s, int(consts.size()));
+      span.param_out = detail::buffer(sh.p, s.p);
+      for (at::Tensor* t : {&sh.m, &sh.v, &sh.vmax})
+        if (t != &sh.vmax || o.amsgrad()) detail::buffer(*t, s.p), t->zero_();
+      span.m = sh.m.template data_ptr<float>();
+      span.v = sh.v.template data_ptr<float>();
+      if (o.amsgrad()) span.vmax = sh.vmax.template data_ptr<float>();
+      sh.inputs = adam_inputs(s, c, o.amsgrad(), {}, {}, {});
+      sh.step = next;
+      sh.pending = sh.first = true;
+      consts.push_back(c);
+      spans.push_back(span);
+      continue;
+    }
     if (!speculative && have) {
-      const auto in =
-          adam_inputs(s, c, have->exp_avg(), have->exp_avg_sq(), have->max_exp_avg_sq());
+      const auto in = adam_inputs(s, c, o.amsgrad(), have->exp_avg(), have->exp_avg_sq(),
+                                  have->max_exp_avg_sq());
       if (detail::Shadow* sh = detail::matching(spec, s, in, next)) {  // take it: swap
         detail::swap_master(s, *sh);
         detail::swap_state(
@@ -119,13 +168,12 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
               sh->vmax, [&] { return have->max_exp_avg_sq(); },
               [&](auto t) { have->max_exp_avg_sq(t); });
         have->step(next);
-        sh->pending = sh->created_state = false;
+        sh->pending = false;
         continue;
       }
     }
     if (!speculative) detail::supersede(spec, s);
-    bool created = false;
-    if (!have) {
+    if (!have) {  // a real first step
       auto st = std::make_unique<typename K::S>();
       st->step(0);
       st->exp_avg(at::zeros_like(s.p, at::MemoryFormat::Preserve));
@@ -133,7 +181,6 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
       if (o.amsgrad()) st->max_exp_avg_sq(at::zeros_like(s.p, at::MemoryFormat::Preserve));
       have = st.get();
       state.emplace(detail::key_of(s.p), std::move(st));
-      created = true;
     }
     auto& st = *have;
     if (!is_fast) {  // not speculative (see above)
@@ -152,10 +199,11 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
       span.m_out = detail::buffer(sh.m, st.exp_avg());
       span.v_out = detail::buffer(sh.v, st.exp_avg_sq());
       if (o.amsgrad()) span.vmax_out = detail::buffer(sh.vmax, st.max_exp_avg_sq());
-      sh.inputs = adam_inputs(s, c, st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq());
+      sh.inputs =
+          adam_inputs(s, c, o.amsgrad(), st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq());
       sh.step = next;
-      sh.created_state = (sh.pending && sh.created_state) || created;
       sh.pending = true;
+      sh.first = false;
     } else {
       st.step(next);
     }
@@ -195,6 +243,9 @@ bool FusedAdam::step_scaled(const ScaledStep& step) {
 void FusedAdam::speculate(const ScaledStep& step) {
   adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_, true);
 }
+FusedAdam::~FusedAdam() {
+  release();  // before any of it goes: a pipeline's queued steps may still use it
+}
 void FusedAdam::erase_state(const void* impl) {
   state_.erase(detail::key_of(impl));
 }
@@ -219,6 +270,9 @@ bool FusedAdamW::step_scaled(const ScaledStep& step) {
 }
 void FusedAdamW::speculate(const ScaledStep& step) {
   adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_, true);
+}
+FusedAdamW::~FusedAdamW() {
+  release();  // before any of it goes: a pipeline's queued steps may still use it
 }
 void FusedAdamW::erase_state(const void* impl) {
   state_.erase(detail::key_of(impl));

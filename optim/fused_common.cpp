@@ -223,7 +223,8 @@ Shadow* matching(Speculation& spec, const Slot& s, const std::vector<double>& in
 
 void supersede(Speculation& spec, const Slot& s) {
   auto it = spec.shadows.find(s.p.unsafeGetTensorImpl());
-  if (it != spec.shadows.end()) it->second.pending = it->second.created_state = false;
+  if (it != spec.shadows.end())
+    it->second.pending = it->second.created_state = it->second.first = false;
 }
 
 void swap_master(const Slot& s, Shadow& sh) {
@@ -242,10 +243,17 @@ FusedStep::FusedStep(FusedOptions fused)
     : fused_(fused), spec_(std::make_unique<detail::Speculation>()) {}
 FusedStep::~FusedStep() = default;
 
+void FusedStep::release() noexcept {
+  if (auto f = std::move(release_)) {
+    release_ = nullptr;
+    f();
+  }
+}
+
 void FusedStep::drop_speculation() {
   for (auto& [impl, sh] : spec_->shadows) {
     if (!sh.pending) continue;
-    sh.pending = false;
+    sh.pending = sh.first = false;
     if (sh.created_state) erase_state(impl);
     sh.created_state = false;
   }

@@ -158,6 +158,9 @@ void FusedSGD::speculate(const ScaledStep& step) {
   sgd_step(param_groups_, *this, step, fused_, *spec_, true);
 }
 
+FusedSGD::~FusedSGD() {
+  release();  // before any of it goes: a pipeline's queued steps may still use it
+}
 void FusedSGD::erase_state(const void* impl) {
   state_.erase(detail::key_of(impl));
 }

@@ -80,6 +80,13 @@ class OverlapBackward {
   static bool holds_in_order(const torch::optim::Optimizer& opt,
                              const std::vector<at::Tensor>& masters);
   torch::optim::Optimizer* optimizer() const { return opt_; }
+  /// `f` is given to each optimizer use() takes (FusedStep::on_release): the pipeline's way to
+  /// run the jobs queued with it before it goes.
+  void set_release(std::function<void()> f) { release_ = std::move(f); }
+  /// The optimizer went (its release): the buckets step with none until step() names one.
+  void forget_optimizer();
+  /// The pipeline goes first: its optimizer no longer calls it.
+  void unlink();
 
   // ---- main thread ----
   /// Backward finished parameter i's gradient (its accumulator's hook).
@@ -146,6 +153,7 @@ class OverlapBackward {
   std::vector<at::Tensor> masters_;  // opt_'s parameters, in order (one per parameter unsharded)
   torch::optim::Optimizer* opt_ = nullptr;
   optim::FusedStep* fused_ = nullptr;
+  std::function<void()> release_;
   std::shared_ptr<OverlapHub> hub_;
   struct Accumulators;  // the parameters' gradient accumulators, kept alive as DDP's Reducer does
   std::unique_ptr<Accumulators> accumulators_;

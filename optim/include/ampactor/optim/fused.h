@@ -18,6 +18,7 @@
 #include <torch/optim/sgd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -78,13 +79,22 @@ class FusedStep {
   /// Bytes held by the second buffer (masters and state of the parameters ever speculated).
   std::int64_t speculation_bytes() const;
   const FusedOptions& fused_options() const noexcept { return fused_; }
+  /// `f` (or none) is called as this optimizer starts to go, before any of it goes: a pipeline
+  /// that queues speculative steps of it (overlap_backward) runs them first, so that none steps
+  /// a destroyed optimizer, whatever order the two were declared in.
+  void on_release(std::function<void()> f) { release_ = std::move(f); }
 
  protected:
+  /// Calls the on_release function once: each fused optimizer's destructor does it first.
+  void release() noexcept;
   explicit FusedStep(FusedOptions fused);
   FusedOptions fused_;
   std::unique_ptr<detail::Speculation> spec_;
   /// Removes the optimizer state a dropped speculation created (the subclass's state map).
   virtual void erase_state(const void* impl) = 0;
+
+ private:
+  std::function<void()> release_;
 };
 
 /// torch::optim::Adam, fused (amsgrad included).
@@ -98,6 +108,7 @@ class FusedAdam : public torch::optim::Adam, public FusedStep {
   at::Tensor step(LossClosure closure = nullptr) override;
   bool step_scaled(const ScaledStep& step) override;
   void speculate(const ScaledStep& step) override;
+  ~FusedAdam() override;
 
  private:
   void erase_state(const void* impl) override;
@@ -113,6 +124,7 @@ class FusedAdamW : public torch::optim::AdamW, public FusedStep {
   at::Tensor step(LossClosure closure = nullptr) override;
   bool step_scaled(const ScaledStep& step) override;
   void speculate(const ScaledStep& step) override;
+  ~FusedAdamW() override;
 
  private:
   void erase_state(const void* impl) override;
@@ -128,6 +140,7 @@ class FusedSGD : public torch::optim::SGD, public FusedStep {
   at::Tensor step(LossClosure closure = nullptr) override;
   bool step_scaled(const ScaledStep& step) override;
   void speculate(const ScaledStep& step) override;
+  ~FusedSGD() override;
 
  private:
   void erase_state(const void* impl) override;
