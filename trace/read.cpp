@@ -7,8 +7,12 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <optional>
+#include <set>
 
 #include "read_json.h"
 #include "trace_fields.h"
@@ -75,6 +79,7 @@ TraceHeader read_header(const json& j) {
   values.apply(ro);
   RuleValues rule;
   if (o.contains("rule")) {
+    if (version < 4) throw Bad("header.options: unknown field \"rule\" (since version 4)");
     const json& jr = ro.at("rule");
     if (!jr.is_object()) ro.wrong("rule", jr, "an object");
     Reader rr{jr, "header.options.rule"};
@@ -139,6 +144,82 @@ void read_message(TraceEvent& e, const std::string& type, const json& raw, int v
   }
 }
 
+std::string ranks_text(const std::vector<std::int32_t>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(ranks[i]);
+  return "[" + s + (ranks.size() > 8 ? ",...]" : "]");
+}
+
+/// Values of the right type that no recording holds (unchecked, each replayed as identical).
+void check_unscale_values(const UnscaleDone& d) {
+  // Checked as the float it is stored in (1e39 reads as inf). The keeper's scales are finite and
+  // never negative; torch's rule can back off to 0.
+  if (!std::isfinite(d.scale_used) || std::signbit(d.scale_used))
+    throw Bad("UnscaleDone.scale_used: expected a finite scale >= 0 (as a float), got " +
+              show_value(d.scale_used));
+  // The ranks' agreement lists them in rank order, each once.
+  if (std::adjacent_find(d.found_by.begin(), d.found_by.end(), std::greater_equal<>()) !=
+      d.found_by.end())
+    throw Bad("UnscaleDone.found_by: expected ascending ranks, each once, got " +
+              ranks_text(d.found_by));
+  // A position in the optimizer's std::vector of parameters: below its max_size(), which is at
+  // most PTRDIFF_MAX. The uint64 it is stored in holds more.
+  constexpr auto positions = std::uint64_t(std::numeric_limits<std::ptrdiff_t>::max());
+  for (std::size_t i = 0; i < d.overflow.size(); ++i)
+    if (d.overflow[i].index >= positions)
+      throw Bad("UnscaleDone.overflow[" + std::to_string(i) +
+                "].index: expected a parameter's position (below 2^63 - 1), got " +
+                std::to_string(d.overflow[i].index));
+}
+
+void check_count(const std::string& type, std::int32_t unscales) {
+  if (unscales < 0)
+    throw Bad(type + ".unscales: expected a count >= 0, got " + std::to_string(unscales));
+}
+
+/// Data parallel: an optimizer reports from one rank, and found_by lists that rank exactly when
+/// its own check found the overflow (local_found_inf). No trace records the world size, so this
+/// is what bounds the ranks: reports that no one rank could have sent are refused.
+class OwnRanks {
+ public:
+  void check(const UnscaleDone& d) {
+    if (d.found_by.empty()) return;  // no ranks (or a path that does not say which)
+    Of& o = of_[d.optimizer];
+    const bool was_known = o.known;
+    const std::vector<std::int32_t> was = o.may_be;
+    if (!d.local_found_inf) {
+      o.is_not.insert(d.found_by.begin(), d.found_by.end());
+    } else if (!o.known) {
+      o.may_be = d.found_by, o.known = true;
+    } else {
+      o.may_be.clear();
+      std::set_intersection(was.begin(), was.end(), d.found_by.begin(), d.found_by.end(),
+                            std::back_inserter(o.may_be));
+    }
+    if (!o.known) return;
+    std::vector<std::int32_t> left;
+    for (std::int32_t r : o.may_be)
+      if (!o.is_not.count(r)) left.push_back(r);
+    if (left.empty())
+      throw Bad("UnscaleDone.found_by: no rank fits optimizer " + std::to_string(d.optimizer) +
+                "'s reports (found_by lists its own rank exactly when local_found_inf): " +
+                ranks_text(d.found_by) + " with local_found_inf " +
+                (d.local_found_inf ? "true" : "false") + ", where its earlier reports " +
+                (was_known ? "put it at " + ranks_text(was)
+                           : "rule out " + ranks_text({o.is_not.begin(), o.is_not.end()})));
+    o.may_be = std::move(left);
+  }
+
+ private:
+  struct Of {
+    bool known = false;                // a report said its own check found the overflow
+    std::vector<std::int32_t> may_be;  // ascending: in each such report's found_by, no is_not
+    std::set<std::int32_t> is_not;     // in the found_by of a report whose own check found none
+  };
+  std::map<optimizer_id, Of> of_;
+};
+
 /// The checks across an event's fields, once its message is read.
 void check_event(const TraceEvent& e, const std::string& type) {
   std::visit(
@@ -167,6 +248,9 @@ void check_event(const TraceEvent& e, const std::string& type) {
     for (std::size_t i = 0; i < d->overflow.size(); ++i)
       if (!d->overflow[i].inf && !d->overflow[i].nan)
         throw Bad("UnscaleDone.overflow[" + std::to_string(i) + "]: neither inf nor nan");
+  if (auto* d = std::get_if<UnscaleDone>(&e.msg)) check_unscale_values(*d);
+  if (auto* u = std::get_if<UpdateScale>(&e.msg)) check_count("UpdateScale", u->unscales);
+  if (auto* c = std::get_if<IterationClosed>(&e.msg)) check_count("IterationClosed", c->unscales);
   if (is_keeper_input(e.msg) ? e.to != trace_keeper : e.from != trace_keeper)
     throw Bad(type + (is_keeper_input(e.msg) ? " must go to" : " must come from") + " \"keeper\"");
 }
@@ -246,6 +330,7 @@ Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
   bool blank_seen = false;
   bool trailer_seen = false;
   std::size_t blank_line = 0;
+  OwnRanks own_ranks;
   // A bad line ends the intact part when reading a prefix; the header must be whole either way.
   auto stop = [&](std::size_t at, const std::string& why) {
     if (!prefix || !have_header) throw TraceError(source, at, why);
@@ -281,7 +366,9 @@ Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
         t.complete = stopped.empty();  // a recording whose writes failed ends early, saying so
         if (!stopped.empty()) t.stopped_at = line, t.stop_reason = stopped;
       } else {
-        t.events.push_back(read_event(j, t.events.size(), t.header.version));
+        TraceEvent e = read_event(j, t.events.size(), t.header.version);
+        if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) own_ranks.check(*d);
+        t.events.push_back(std::move(e));
         t.lines.push_back(line);
       }
       continue;

@@ -48,6 +48,31 @@ std::optional<TraceMessage> read_v1(const std::string& type, const json& j) {
 /// found_inf; before 6), and neither the attribution nor the collapse guard was recorded
 /// (before 7: none, 0 backoffs; replay_trace leaves the guard out of its comparison).
 json upgrade_old(const std::string& type, const json& msg, int version) {
+  // A field newer than the file's version was not written by that version: refused, not read
+  // as the current version's (a version 6 header over version 7 lines replayed into the guard's
+  // comparison and diverged).
+  struct Since {
+    int version;
+    const char* type;
+    const char* field;
+  };
+  static constexpr Since added[] = {
+      {4, "UpdateApplied", "halted"},         {4, "StateDict", "has_hysteresis_tracker"},
+      {4, "StateDict", "hysteresis_tracker"}, {5, "UnscaleDone", "grad_max"},
+      {5, "UnscaleDone", "dtype_max"},        {5, "UpdateApplied", "below_one"},
+      {6, "UnscaleDone", "local_found_inf"},  {7, "UnscaleDone", "overflow"},
+      {7, "UnscaleDone", "found_by"},         {7, "ScaleReply", "backoffs_in_row"},
+      {7, "ScaleReply", "collapsing"},        {7, "UpdateApplied", "backoffs_in_row"},
+      {7, "UpdateApplied", "collapsing"}};
+  const bool load = type == "LoadStateDict" && msg.contains("state") && msg["state"].is_object();
+  for (const Since& a : added) {
+    if (version >= a.version) continue;
+    const bool here = type == a.type && msg.contains(a.field);
+    if (here || (load && a.type == std::string("StateDict") && msg["state"].contains(a.field)))
+      throw Bad((here ? type : type + ".state") + ": unknown field \"" + a.field +
+                "\" in a version " + std::to_string(version) + " trace (since version " +
+                std::to_string(a.version) + ")");
+  }
   json m = msg;
   if (type == "UnscaleDone" && !m.contains("overflow"))
     m["overflow"] = json::array(), m["found_by"] = json::array();

@@ -110,7 +110,8 @@ TEST_CASE("load_checkpoint: a missing file is refused by name") {
   TempDir dir;
   torch::serialize::InputArchive a;
   CHECK_THROWS_WITH_AS(load_checkpoint(a, dir / "nothing.pt"),
-                       doctest::Contains("nothing.pt': No such file"), ScalerError);
+                       doctest::Contains("nothing.pt' cannot be opened: No such file"),
+                       ScalerError);
 }
 
 TEST_CASE("load_checkpoint: every truncation is refused, and the archive keeps what it held") {

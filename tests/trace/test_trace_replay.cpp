@@ -120,9 +120,14 @@ TEST_CASE("bad traces: a clear error with the line number") {
     CHECK(std::string(e.what()).find("unsupported trace schema version 8") != std::string::npos);
   }
   SUBCASE("a version 2 message in a version 1 trace") {
-    const TraceError e = read_error(with(0, "\"version\":7", "\"version\":1"));
+    // Version 2's own lines: version 7's are refused first, at a field version 1 had not.
+    auto v2 = lines_of(slurp(golden("v2/two_optimizers_lagged.jsonl")));
+    v2[0].replace(v2[0].find("\"version\":2"), 11, "\"version\":1");
+    const TraceError e = read_error(join(v2));
     CHECK(e.line() > 1);
     CHECK(std::string(e.what()).find("UpdateScale") != std::string::npos);
+    CHECK(std::string(read_error(with(0, "\"version\":7", "\"version\":1")).what())
+              .find("in a version 1 trace (since version 7)") != std::string::npos);
   }
   SUBCASE("a rank's own found_inf without the agreed one") {
     std::size_t i = 0;
