@@ -40,7 +40,8 @@ void check_fits_float(double v, errc code) {
 void check_reciprocal_finite(float scale, errc code, const char* what) {
   if (std::isfinite(static_cast<float>(1.0 / double(scale)))) return;  // 0 included: 1/0 is inf
   std::ostringstream s;
-  s << what << " must be at least " << 1.0 / double(std::numeric_limits<float>::max())
+  s.precision(std::numeric_limits<float>::max_digits10);
+  s << what << " must be at least " << smallest_scale()
     << " as a float (its reciprocal, the unscale factor, must be a finite float; below it every "
        "finite gradient unscales to inf or NaN), got "
     << show_value(double(scale));

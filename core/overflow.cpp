@@ -1,12 +1,14 @@
 #include <ampactor/core/overflow.h>
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace ampactor {
 
 std::string OverflowReport::str() const {
   std::ostringstream o;
+  o.precision(std::numeric_limits<float>::max_digits10);
   o << "iteration " << iteration << ", scale " << scale << ":";
   if (tensors.empty()) o << " no gradient named (this path does not attribute)";
   for (std::size_t i = 0; i < tensors.size(); ++i) {

@@ -1,6 +1,7 @@
 #include <ampactor/core/scale_state.h>
 
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 namespace ampactor {
@@ -57,6 +58,7 @@ void ScaleState::set_growth_interval(std::int64_t v) {
 
 std::string ScaleState::history(float next) const {
   std::ostringstream s;
+  s.precision(std::numeric_limits<float>::max_digits10);
   s << "the last " << backed_off_from_.size() + 1 << " backoffs: ";
   for (float x : backed_off_from_)
     s << x << " -> ";
@@ -78,6 +80,7 @@ UpdateOutcome ScaleState::update(bool found_inf) {
   const bool unloadable = state.scale < smallest_scale();
   if (unloadable || (raise_on_collapse_ && (many || below))) {
     std::ostringstream why;  // only here: update() runs every iteration
+    why.precision(std::numeric_limits<float>::max_digits10);
     if (unloadable)
       why << "the loss scale would fall to " << state.scale << ", below " << smallest_scale()
           << ", the smallest scale whose reciprocal (the unscale factor) is a finite float: no "
