@@ -6,6 +6,7 @@
 #include <ampactor/core/options.h>
 #include <ampactor/core/scale_state.h>
 #include <ampactor/core/state_dict.h>
+#include <cstdlib>
 
 #include <cmath>
 #include <iostream>
@@ -109,6 +110,12 @@ TEST_CASE("a torch-rule run whose scale collapses stops before a scale no checkp
     if (r.code == errc::scale_collapsed) {
       CHECK(next < smallest_scale());  // torch would go on below it
       CHECK(r.what.find("the loss scale would fall to") != std::string::npos);
+      // Both scales printed so that each reads back as itself (6 digits printed both alike).
+      const auto at = r.what.find("would fall to ") + 14;
+      // strtof: stof refuses a denormal as out of range.
+      CHECK(std::strtof(r.what.substr(at, r.what.find(',', at) - at).c_str(), nullptr) == next);
+      CHECK(r.what.find(", below 2.93873728e-39, the smallest scale") != std::string::npos);
+      CHECK(std::strtof("2.93873728e-39", nullptr) == smallest_scale());
       break;
     }
     REQUIRE(updates < 400);

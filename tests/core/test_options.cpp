@@ -119,6 +119,9 @@ TEST_CASE("GradScalerOptions: the setters take what a disabled scaler may hold")
   CHECK_THROWS_WITH_AS(O().init_scale(2.9e-39),
                        doctest::Contains("its reciprocal, the unscale factor, must be a finite"),
                        ScalerError);
+  // The bound printed is the smallest scale itself, to the digits that tell floats apart.
+  CHECK_THROWS_WITH_AS(O().init_scale(2.9e-39),
+                       doctest::Contains("must be at least 2.93873728e-39"), ScalerError);
   CHECK(refused([](O& o) { o.init_scale(2.95e-39); }) == errc{});
   CHECK(refused([](O& o) { o.growth_factor(0.5); }) == errc{});
   CHECK(refused([](O& o) { o.backoff_factor(-2); }) == errc{});

@@ -108,7 +108,7 @@ void check_init_scale(double v);
 /// Throws ScalerError(code, texts::float_overflow) for a finite double beyond float's range, as
 /// c10 refuses to convert one (inf and NaN are left to the caller's own checks).
 void check_fits_float(double v, errc code);
-/// Throws ScalerError(code, "<what> must be at least 2.9389e-39 as a float ...") for a positive
+/// Throws ScalerError(code, "<what> must be at least 2.93873728e-39 as a float ...") for a positive
 /// float scale whose reciprocal, the unscale factor, is not a finite float (a denormal below
 /// 1 / FLT_MAX): every finite gradient would become inf or NaN and no step would be skipped.
 void check_reciprocal_finite(float scale, errc code, const char* what);
