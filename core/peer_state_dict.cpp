@@ -125,7 +125,12 @@ StateDict to_peer_state_dict(const StateDict& ours, const GradScalerOptions& opt
   StateDict out;
   switch (layout) {
     case RuleKind::deepspeed:
-      out.set("cur_scale", scale);
+      // At the floor the scale is float(min_scale), which stands for DeepSpeed's min_scale:
+      // written as that double, so that DeepSpeed's raise test (cur_scale == min_scale) holds
+      // where ampactor's does, not one overflow later.
+      out.set("cur_scale", opts.min_scale() > 0 && scale == double(float(opts.min_scale()))
+                               ? opts.min_scale()
+                               : scale);
       // The tracker is the clean steps since the last overflow, modulo the window (rules.h):
       // DeepSpeed's cur_iter - last_overflow_iter - 1, which is all it reads of the two.
       out.set("cur_iter", tracker);

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <random>
+#include <stdexcept>
 
 #include "deepspeed_fixtures.h"
 #include "peer_reference.h"
@@ -179,6 +180,38 @@ TEST_CASE(
             got.scale = resumed.cur_scale, got.hysteresis = resumed.cur_hysteresis;
             return got;
           }) == -1);
+  }
+}
+
+TEST_CASE(
+    "deepspeed's layout: a scale at a min_scale that is no float goes out as DeepSpeed's "
+    "min_scale, so DeepSpeed raises at the next overflow as ampactor would") {
+  for (double min_scale : {0.3, 0.1, 1e-3}) {
+    CAPTURE(min_scale);
+    const auto opts = GradScalerOptions::deepspeed()
+                          .init_scale(1)
+                          .hysteresis(1)
+                          .min_scale(min_scale)
+                          .raise_at_min_scale(true);
+    ScaleState s(opts);
+    s.lazy_init();
+    for (int i = 0; i < 64 && s.scale() != float(min_scale); ++i)
+      s.update(true);
+    REQUIRE(s.scale() == float(min_scale));
+    CHECK(refusal_of([&] { s.update(true); }).code == errc::scale_at_minimum);  // ampactor raises
+    const StateDict out = to_peer_state_dict(make_state_dict(s), opts, RuleKind::deepspeed);
+    CHECK(out.get_double("cur_scale") == min_scale);
+    peer::DeepSpeed d{};
+    d.cur_scale = out.get_double("cur_scale"), d.min_scale = out.get_double("min_scale");
+    d.scale_factor = out.get_double("scale_factor"), d.cur_iter = out.get_int("cur_iter");
+    d.delayed_shift = out.get_int("delayed_shift"),
+    d.cur_hysteresis = out.get_int("cur_hysteresis");
+    CHECK_THROWS_AS(d.update_scale(true), std::runtime_error);  // and so does DeepSpeed
+    // And back in: the same floor.
+    ScaleState back(opts);
+    load_state_dict(back, from_peer_state_dict(out, opts, RuleKind::deepspeed));
+    back.lazy_init();
+    CHECK(back.scale() == float(min_scale));
   }
 }
 
