@@ -113,9 +113,12 @@ UpdateOutcome ScaleState::update(bool found_inf) {
   backoffs_in_row_ = in_row;
   if (below) {
     said_below_ = true;
-    std::cerr << "ampactor: the loss scale fell below " << collapse_below_ << " (" << *scale_
-              << "): gradients are now scaled down, and small ones underflow. A min_scale "
-                 "(GradScalerOptions) floors it.\n";
+    std::ostringstream say;  // a stream of its own: std::cerr's precision is the program's
+    say.precision(std::numeric_limits<float>::max_digits10);
+    say << "ampactor: the loss scale fell below " << collapse_below_ << " (" << *scale_
+        << "): gradients are now scaled down, and small ones underflow. A min_scale "
+           "(GradScalerOptions) floors it.\n";
+    std::cerr << say.str();
   }
   return out;
 }

@@ -207,6 +207,7 @@ void KeeperCore::apply(const KeeperInput& in) {
   const bool abandoned = closed != closed_.end() && closed->second.abandoned;
   if (auto* s = std::get_if<SetScale>(&in); s && !(s->after_jobs && abandoned)) {
     state_.set_scale(s->new_scale);
+    top_since_set_ = state_.scale();
     halted_.reset();  // a scale the user chose ends a halt at the minimum
   } else if (s) {
     out.abandoned = true;  // its jobs failed or were cancelled: as any update, it changes nothing
@@ -220,9 +221,11 @@ void KeeperCore::apply(const KeeperInput& in) {
     const Unscales got = it == unscales_.end() ? Unscales{} : it->second;
     out.found_inf = got.found_inf;
     // One overflow event, one backoff: an overflow found only with scales larger than the current
-    // one was produced before the backoff that already answered it.
-    const bool stale =
-        policy_ == ScalePolicy::lagged && got.found_inf && got.min_inf_scale > state_.scale();
+    // one was produced before the backoff that already answered it. Not when the scale came down
+    // by update(new_scale) or a load (min_inf_scale above every scale since): no backoff answered
+    // it, and RoundPipe backs off from the new scale.
+    const bool stale = policy_ == ScalePolicy::lagged && got.found_inf &&
+                       got.min_inf_scale > state_.scale() && got.min_inf_scale <= top_since_set_;
     if (stale) {
       state_.reset_tracker();
     } else {
@@ -230,6 +233,7 @@ void KeeperCore::apply(const KeeperInput& in) {
         const UpdateOutcome o = state_.update(got.found_inf);
         out.backed_off = o.backed_off;
         out.grew = o.grew;
+        top_since_set_ = std::max(top_since_set_, state_.scale());
       } catch (const ScalerError& e) {
         // The deepspeed rule at its minimum: the state stays; every later scale request gets
         // the error (the trainer's next scale() throws it) until update(new_scale) or a load.
@@ -280,7 +284,10 @@ void KeeperCore::answer(const Queued& q) {
           err = attempt([&] { state_.set_growth_interval(m.value); });
         } else if constexpr (std::is_same_v<T, LoadStateDict>) {
           err = attempt([&] { load_state_dict(state_, from_message(m.state)); });
-          if (!err) halted_.reset();
+          if (!err) {
+            halted_.reset();
+            top_since_set_ = float(state_.get_scale());
+          }
         }
         if (err)
           reply(q.from, q.request, -1, std::move(*err));

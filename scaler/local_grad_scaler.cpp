@@ -91,9 +91,8 @@ LocalGradScaler& LocalGradScaler::name_parameters(
 void check_new_scale(double new_scale) {
   check_fits_float(new_scale, errc::bad_new_scale);  // torch's fill_ refuses it with this text
   if (!std::isfinite(new_scale) || !(new_scale > 0.0)) {
-    std::ostringstream s;
-    s << "new_scale must be finite and > 0.0, got " << new_scale;
-    throw ScalerError(errc::bad_new_scale, s.str());
+    throw ScalerError(errc::bad_new_scale,
+                      "new_scale must be finite and > 0.0, got " + show_value(new_scale));
   }
   check_reciprocal_finite(static_cast<float>(new_scale), errc::bad_new_scale, "new_scale");
 }

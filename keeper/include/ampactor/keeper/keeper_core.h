@@ -134,7 +134,8 @@ class KeeperCore {
     std::int32_t count = 0;
     bool found_inf = false;
     /// The smallest scale_used among reports with found_inf (lagged policy: if it is larger
-    /// than the current scale, that overflow event was already backed off).
+    /// than the current scale, and not above top_since_set_, that overflow event was already
+    /// backed off).
     float min_inf_scale = std::numeric_limits<float>::infinity();
   };
   struct Queued {
@@ -166,6 +167,9 @@ class KeeperCore {
   /// Set when an update raised (the deepspeed rule at its minimum): scale requests get it.
   std::optional<KeeperError> halted_;
   iteration_t applied_through_ = -1;
+  /// The largest scale since the last update(new_scale) or load (infinity before one): under
+  /// lagged, only an overflow made at a scale from then on can have been answered by a backoff.
+  float top_since_set_ = std::numeric_limits<float>::infinity();
   std::map<iteration_t, Unscales> unscales_;
   /// What the optimizer said of iterations it closed.
   std::map<iteration_t, IterationClosed> closed_;
