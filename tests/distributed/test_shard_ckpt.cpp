@@ -13,19 +13,6 @@ using namespace ampactor::test::dist;
 
 namespace {
 
-/// ampactor-ckpt with `args`: its exit code and what it wrote.
-std::pair<int, std::string> ckpt_tool(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {AMPACTOR_CKPT};
-  argv.insert(argv.end(), args.begin(), args.end());
-  const fs::path log = fresh("ckpt-tool") / "log.txt";
-  int code = -1;
-  {
-    ampactor::test::Child c(argv, log.string());
-    code = c.wait(std::chrono::seconds(120));
-  }
-  return {code, slurp(log)};
-}
-
 /// The output after its first `n` lines.
 std::string after_lines(const std::string& out, int n) {
   std::size_t at = 0;

@@ -16,18 +16,6 @@ using namespace ampactor::test::dist;
 
 namespace {
 
-std::pair<int, std::string> ckpt_tool(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {AMPACTOR_CKPT};
-  argv.insert(argv.end(), args.begin(), args.end());
-  const fs::path log = fresh("trust-tool") / "log.txt";
-  int code = -1;
-  {
-    ampactor::test::Child c(argv, log.string());
-    code = c.wait(std::chrono::seconds(60));
-  }
-  return {code, slurp(log)};
-}
-
 const std::vector<std::string> kArgs = {"--path", "pipeline", "--staleness",  "0",   "--steps",
                                         "6",      "--shard",  "--timeout-ms", "8000"};
 

@@ -178,4 +178,19 @@ std::chrono::steady_clock::duration poll(F&& done, std::chrono::milliseconds lim
   return std::chrono::steady_clock::now() - start;
 }
 
+#ifdef AMPACTOR_CKPT
+/// ampactor-ckpt with `args`, as a user runs it: its exit code and what it wrote (at most 120 s).
+inline std::pair<int, std::string> ckpt_tool(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {AMPACTOR_CKPT};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const fs::path log = fresh("ckpt-tool") / "log.txt";
+  int code = -1;
+  {
+    ampactor::test::Child c(argv, log.string());
+    code = c.wait(std::chrono::seconds(120));
+  }
+  return {code, slurp(log)};
+}
+#endif
+
 }  // namespace ampactor::test::dist
