@@ -140,7 +140,10 @@ TEST_CASE(
       {"amsgrad off", [](AO& o) { o.amsgrad(false); }},
       {"amsgrad on", [](AO& o) { o.amsgrad(true); }},
   };
-  for (const auto& [name, change] : adam) {
+  for (const auto& entry : adam) {
+    // Not a structured binding: clang 14 cannot capture one (CAPTURE is a lambda).
+    const std::string& name = entry.first;
+    const auto& change = entry.second;
     CAPTURE(name);
     const bool starts_on = name == "amsgrad off";
     const auto before = [change = change](int k, O& opt) {
@@ -165,7 +168,9 @@ TEST_CASE(
       {"weight_decay", [](SO& o) { o.weight_decay(0.1); }},
       {"nesterov", [](SO& o) { o.nesterov(true); }},
   };
-  for (const auto& [name, change] : sgd) {
+  for (const auto& entry : sgd) {
+    const std::string& name = entry.first;
+    const auto& change = entry.second;
     CAPTURE(name);
     const auto before = [change = change](int k, optim::FusedSGD& opt) {
       if (k == 2) change(static_cast<SO&>(opt.param_groups()[0].options()));
