@@ -122,13 +122,19 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
   master_local = master_local || l.master_addr == "localhost";
   // Loopback serves only where every rank runs here: MASTER_ADDR may name this host (torchrun's
   // and Slurm's host names resolve to 127.0.1.1 on Debian) while others run elsewhere.
-  const bool one_host = l.world_size == 1 || l.local_world_size == l.world_size;
-  const bool others_unknown = l.local_world_size == 0;
+  // A loopback address written as such (or "localhost") no other host could reach; a local size
+  // not said counts as every rank here, as before it was read.
+  in6_addr numeric_addr{};
+  const bool literal = l.master_addr == "localhost" ||
+                       ::inet_pton(AF_INET, l.master_addr.c_str(), &numeric_addr) == 1 ||
+                       ::inet_pton(AF_INET6, l.master_addr.c_str(), &numeric_addr) == 1;
+  const bool one_host = (master_local && literal) || l.world_size == 1 || l.local_world_size == 0 ||
+                        l.local_world_size == l.world_size;
   const std::string fix = "set GLOO_SOCKET_IFNAME to the interface that reaches " + l.master_addr +
                           " (`ip route get " + (master_ip.empty() ? l.master_addr : master_ip) +
                           "` names it)";
   if (const char* ifname = env("GLOO_SOCKET_IFNAME")) {
-    if (!(master_local && (one_host || others_unknown)) && interface_is_loopback(ifname)) {
+    if (!(master_local && one_host) && interface_is_loopback(ifname)) {
       refused = me + "GLOO_SOCKET_IFNAME=" + ifname + " is a loopback interface, while " +
                 (master_local ? "ranks run on other hosts ("s + std::to_string(l.local_world_size) +
                                     " of " + std::to_string(l.world_size) + " here)"
@@ -147,8 +153,6 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
   // or, on the master's own host, the address other hosts reach it at.
   std::string seen;
   const std::string via = master_local ? outward_address(seen) : route_to(l.master_addr);
-  if (via.empty() && master_local && others_unknown)
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   if (via.empty() && master_local) {
     refused = me + "this host's name '" + host + "' resolves to " +
               (host_ip.empty() ? "no address" : host_ip + ", a loopback address") +

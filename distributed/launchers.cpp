@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -59,6 +60,23 @@ std::string looked_for() {
   for (const Form& f : kForms)
     s += std::string(s.empty() ? "" : "; ") + f.launcher + ": " + f.rank + " and " + f.size;
   return s + " (with SLURM_STEP_ID: inside srun)";
+}
+
+/// Node `node`'s task count in Slurm's compressed tasks-per-node list ("2(x3),1"); 0 when the
+/// list cannot be read or is shorter.
+int slurm_tasks_on(const std::string& list, int node) {
+  int first = 0;
+  for (std::size_t at = 0; at < list.size();) {
+    const std::size_t end = std::min(list.find(',', at), list.size());
+    int count = 0, times = 1;
+    if (std::sscanf(list.substr(at, end - at).c_str(), "%d(x%d)", &count, &times) < 1 ||
+        count < 1 || times < 1)
+      return 0;
+    if (node < first + times) return count;
+    first += times;
+    at = end + 1;
+  }
+  return 0;
 }
 
 bool in_slurm_step() {
@@ -119,8 +137,12 @@ Launch launch_from_env() {
   l.rank = env_int(form->rank, 0, l.world_size - 1, 0);
   l.local_rank = env_int(form->local_rank, 0, max, l.rank);
   if (form->local_size) l.local_world_size = env_int(form->local_size, 1, max, 0);
-  // Slurm gives no local size, but a step on one node has every rank here.
+  // Slurm's local size: this node's count in its tasks-per-node list; a one-node step has all.
   if (std::string(form->launcher) == "Slurm") {
+    const char* tasks = env("SLURM_STEP_TASKS_PER_NODE") ? env("SLURM_STEP_TASKS_PER_NODE")
+                                                         : env("SLURM_TASKS_PER_NODE");
+    if (tasks && env("SLURM_NODEID"))
+      l.local_world_size = slurm_tasks_on(tasks, env_int("SLURM_NODEID", 0, max, 0));
     const char* nodes = env("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
     if (env_int(nodes, 1, max, 0) == 1) l.local_world_size = l.world_size;
   }

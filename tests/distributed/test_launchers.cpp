@@ -44,7 +44,10 @@ const char* const kAll[] = {"RANK",
                             "SLURM_NODELIST",
                             "SLURM_STEP_NODELIST",
                             "SLURM_STEP_NUM_NODES",
-                            "SLURM_NNODES"};
+                            "SLURM_NNODES",
+                            "SLURM_STEP_TASKS_PER_NODE",
+                            "SLURM_TASKS_PER_NODE",
+                            "SLURM_NODEID"};
 
 /// The launcher variables set to `vars` alone for the test's span, as they were after.
 struct Env {
@@ -173,6 +176,24 @@ TEST_CASE("launch_from_env reads srun's variables: the first host of the step an
   CHECK(l.master_addr == "gpu07");
   CHECK(l.master_port == 15000 + 123456 % 20000);
   CHECK(l.local_world_size == 0);  // unknown: the step spans several nodes, or may
+}
+
+TEST_CASE("launch_from_env under Slurm reads this node's ranks from the tasks-per-node list") {
+  const auto local = [](const char* list, const char* node) {
+    Env e({{"SLURM_PROCID", "3"},
+           {"SLURM_NTASKS", "7"},
+           {"SLURM_STEP_ID", "0"},
+           {"SLURM_STEP_NUM_NODES", "4"},
+           {"SLURM_STEP_TASKS_PER_NODE", list},
+           {"SLURM_NODEID", node}});
+    return dist::launch_from_env().local_world_size;
+  };
+  CHECK(local("2(x3),1", "0") == 2);
+  CHECK(local("2(x3),1", "2") == 2);
+  CHECK(local("2(x3),1", "3") == 1);
+  CHECK(local("3,1,2,1", "2") == 2);
+  CHECK(local("2(x3)", "5") == 0);  // no such node: not said
+  CHECK(local("many", "0") == 0);
 }
 
 TEST_CASE("launch_from_env under Slurm knows every rank is local in a step on one node") {

@@ -75,8 +75,8 @@ struct Launch {
 /// Forms 2-4 name no store: MASTER_ADDR and MASTER_PORT when set, else under Slurm the first host
 /// of SLURM_STEP_NODELIST (or SLURM_NODELIST) and port 15000 + SLURM_JOB_ID % 20000, else
 /// 127.0.0.1:29500 (one host; set MASTER_ADDR for more: Open MPI's or PMI's ranks on several
-/// hosts without it are refused, naming it). Slurm's local size is known for a one-node step
-/// (SLURM_STEP_NUM_NODES or SLURM_NNODES 1). None there, or a value that is not a number in
+/// hosts without it are refused, naming it). Slurm's local size is this node's entry of
+/// SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) at SLURM_NODEID, or all for a one-node step. None there, or a value that is not a number in
 /// range: ScalerError(errc::bad_option) naming every form looked for, or the variable.
 Launch launch_from_env();
 
@@ -119,7 +119,8 @@ struct World {
 /// protocol (LibTorch 2.x; AMPACTOR_AGENT_STORE=1 or 0 forces the choice), else rank 0 hosts
 /// ampactor's own at MASTER_PORT + 1 (AMPACTOR_STORE_PORT names another), said once. gloo's device:
 /// GLOO_SOCKET_IFNAME's interface when set; loopback when MASTER_ADDR is a loopback address and
-/// every rank runs here; else this host's name, or, where the name resolves to a loopback address
+/// every rank runs here (a local size not said counts as that; a literal 127.x or localhost is
+/// always this host alone); else this host's name, or, where the name resolves to a loopback address
 /// (Debian's 127.0.1.1), the address that routes to MASTER_ADDR, or on MASTER_ADDR's own host the
 /// default route's or the only outward address (said once). A device on loopback while ranks run
 /// on other hosts is refused at once, naming GLOO_SOCKET_IFNAME. The ranks agree on WORLD_SIZE and
