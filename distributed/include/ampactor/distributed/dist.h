@@ -76,8 +76,9 @@ struct Launch {
 /// of SLURM_STEP_NODELIST (or SLURM_NODELIST) and port 15000 + SLURM_JOB_ID % 20000, else
 /// 127.0.0.1:29500 (one host; set MASTER_ADDR for more: Open MPI's or PMI's ranks on several
 /// hosts without it are refused, naming it). Slurm's local size is this node's entry of
-/// SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) at SLURM_NODEID, or all for a one-node step. None there, or a value that is not a number in
-/// range: ScalerError(errc::bad_option) naming every form looked for, or the variable.
+/// SLURM_STEP_TASKS_PER_NODE (or SLURM_TASKS_PER_NODE) at SLURM_NODEID, or all for a one-node step.
+/// None there, or a value that is not a number in range: ScalerError(errc::bad_option) naming every
+/// form looked for, or the variable.
 Launch launch_from_env();
 
 /// The first host of a Slurm host list ("node[07-09,12],gpu1" -> "node07"); ScalerError
@@ -120,16 +121,17 @@ struct World {
 /// ampactor's own at MASTER_PORT + 1 (AMPACTOR_STORE_PORT names another), said once. gloo's device:
 /// GLOO_SOCKET_IFNAME's interface when set; loopback when MASTER_ADDR is a loopback address and
 /// every rank runs here (a local size not said counts as that; a literal 127.x or localhost is
-/// always this host alone); else this host's name, or, where the name resolves to a loopback address
-/// (Debian's 127.0.1.1), the address that routes to MASTER_ADDR, or on MASTER_ADDR's own host the
-/// default route's or the only outward address (said once). A device on loopback while ranks run
-/// on other hosts is refused at once, naming GLOO_SOCKET_IFNAME. The ranks agree on WORLD_SIZE and
-/// that no rank joins twice (else every rank is refused at once, naming both). A store or group
-/// that cannot be reached within the timeout fails with ScalerError(errc::rank_failed) carrying
-/// c10d's error; every rank says in the store that it joined before the group forms, so a rank
-/// missing at start-up is named ("ranks 0, 1 of 3 joined the store at ... within the 60000 ms
-/// timeout; rank 2 did not"), and one that dies while the group forms is named like one that dies
-/// later. A failure is also written to TORCHELASTIC_ERROR_FILE (report_failure).
+/// always this host alone); else this host's name, or, where the name resolves to a loopback
+/// address (Debian's 127.0.1.1), the address that routes to MASTER_ADDR, or on MASTER_ADDR's own
+/// host the default route's or the only outward address (said once). A device on loopback while
+/// ranks run on other hosts is refused at once, naming GLOO_SOCKET_IFNAME. The ranks agree on
+/// WORLD_SIZE and that no rank joins twice (else every rank is refused at once, naming both). A
+/// store or group that cannot be reached within the timeout fails with
+/// ScalerError(errc::rank_failed) carrying c10d's error; every rank says in the store that it
+/// joined before the group forms, so a rank missing at start-up is named ("ranks 0, 1 of 3 joined
+/// the store at ... within the 60000 ms timeout; rank 2 did not"), and one that dies while the
+/// group forms is named like one that dies later. A failure is also written to
+/// TORCHELASTIC_ERROR_FILE (report_failure).
 World init_from_env(const DistOptions& options = {});
 /// The same from a Launch of one's own.
 World init(const Launch& launch, const DistOptions& options = {});
