@@ -47,21 +47,14 @@ std::unique_ptr<OptimizerOptions> read_as(InputArchive& a) {
 
 const std::vector<Kind>& kinds() {
   using T = Type;
+  static const std::vector<std::pair<const char*, Type>> adam = {{"lr", T::nonneg},
+                                                                 {"betas", T::betas},
+                                                                 {"eps", T::nonneg},
+                                                                 {"weight_decay", T::nonneg},
+                                                                 {"amsgrad", T::flag}};
   static const std::vector<Kind> all = {
-      {"Adam",
-       {{"lr", T::nonneg},
-        {"betas", T::betas},
-        {"eps", T::nonneg},
-        {"weight_decay", T::nonneg},
-        {"amsgrad", T::flag}},
-       read_as<torch::optim::AdamOptions>},
-      {"AdamW",
-       {{"lr", T::nonneg},
-        {"betas", T::betas},
-        {"eps", T::nonneg},
-        {"weight_decay", T::nonneg},
-        {"amsgrad", T::flag}},
-       read_as<torch::optim::AdamWOptions>},
+      {"Adam", adam, read_as<torch::optim::AdamOptions>},
+      {"AdamW", adam, read_as<torch::optim::AdamWOptions>},  // the same options
       {"SGD",
        {{"lr", T::nonneg},
         {"momentum", T::nonneg},

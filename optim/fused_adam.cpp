@@ -246,10 +246,6 @@ void FusedAdam::speculate(const ScaledStep& step) {
 FusedAdam::~FusedAdam() {
   release();  // before any of it goes: a pipeline's queued steps may still use it
 }
-void FusedAdam::erase_state(const void* impl) {
-  state_.erase(detail::key_of(impl));
-}
-
 FusedAdamW::FusedAdamW(std::vector<torch::optim::OptimizerParamGroup> groups,
                        torch::optim::AdamWOptions defaults, FusedOptions fused)
     : torch::optim::AdamW(std::move(groups), defaults), FusedStep(fused) {}
@@ -274,10 +270,6 @@ void FusedAdamW::speculate(const ScaledStep& step) {
 FusedAdamW::~FusedAdamW() {
   release();  // before any of it goes: a pipeline's queued steps may still use it
 }
-void FusedAdamW::erase_state(const void* impl) {
-  state_.erase(detail::key_of(impl));
-}
-
 FusedStep* fused_step_of(torch::optim::Optimizer& opt) {
   return dynamic_cast<FusedStep*>(&opt);
 }

@@ -223,8 +223,7 @@ Shadow* matching(Speculation& spec, const Slot& s, const std::vector<double>& in
 
 void supersede(Speculation& spec, const Slot& s) {
   auto it = spec.shadows.find(s.p.unsafeGetTensorImpl());
-  if (it != spec.shadows.end())
-    it->second.pending = it->second.created_state = it->second.first = false;
+  if (it != spec.shadows.end()) it->second.pending = it->second.first = false;
 }
 
 void swap_master(const Slot& s, Shadow& sh) {
@@ -254,8 +253,6 @@ void FusedStep::drop_speculation() {
   for (auto& [impl, sh] : spec_->shadows) {
     if (!sh.pending) continue;
     sh.pending = sh.first = false;
-    if (sh.created_state) erase_state(impl);
-    sh.created_state = false;
   }
 }
 

@@ -48,7 +48,6 @@ at::Tensor unscaled(const Slot& s, float inv);
 struct Shadow {
   at::Tensor p, m, v, vmax;    // the second buffer (kept for reuse)
   bool pending = false;        // holds a step not yet taken or dropped
-  bool created_state = false;  // the live state was made for it (erased when it is dropped)
   bool first = false;          // a first step: m, v, vmax are its new state, not a live one's
   std::int64_t step = 0;       // Adam: the step count after it
   std::vector<double> inputs;  // what it read (see fingerprint) and its constants

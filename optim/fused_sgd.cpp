@@ -161,8 +161,4 @@ void FusedSGD::speculate(const ScaledStep& step) {
 FusedSGD::~FusedSGD() {
   release();  // before any of it goes: a pipeline's queued steps may still use it
 }
-void FusedSGD::erase_state(const void* impl) {
-  state_.erase(detail::key_of(impl));
-}
-
 }  // namespace ampactor::optim

@@ -90,8 +90,6 @@ class FusedStep {
   explicit FusedStep(FusedOptions fused);
   FusedOptions fused_;
   std::unique_ptr<detail::Speculation> spec_;
-  /// Removes the optimizer state a dropped speculation created (the subclass's state map).
-  virtual void erase_state(const void* impl) = 0;
 
  private:
   std::function<void()> release_;
@@ -109,9 +107,6 @@ class FusedAdam : public torch::optim::Adam, public FusedStep {
   bool step_scaled(const ScaledStep& step) override;
   void speculate(const ScaledStep& step) override;
   ~FusedAdam() override;
-
- private:
-  void erase_state(const void* impl) override;
 };
 
 /// torch::optim::AdamW, fused (amsgrad included).
@@ -125,9 +120,6 @@ class FusedAdamW : public torch::optim::AdamW, public FusedStep {
   bool step_scaled(const ScaledStep& step) override;
   void speculate(const ScaledStep& step) override;
   ~FusedAdamW() override;
-
- private:
-  void erase_state(const void* impl) override;
 };
 
 /// torch::optim::SGD, fused (momentum, dampening, nesterov, weight decay).
@@ -141,9 +133,6 @@ class FusedSGD : public torch::optim::SGD, public FusedStep {
   bool step_scaled(const ScaledStep& step) override;
   void speculate(const ScaledStep& step) override;
   ~FusedSGD() override;
-
- private:
-  void erase_state(const void* impl) override;
 };
 
 /// The FusedStep of `opt`, or null for any other optimizer.
