@@ -124,8 +124,8 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   const std::string base = fs::path(path).filename().string();
   if (base.empty() || base == "." || base == "..")
     throw ScalerError(errc::bad_option, "save_run: '" + path + "' names no file");
-  const std::string file =
-      (fs::path(folder_of(path)) / shard_name(base, step, rank, world)).string();
+  const std::string folder = folder_of(path);
+  const std::string file = (fs::path(folder) / shard_name(base, step, rank, world)).string();
   // Each rank writes its shard; then, once all have, rank 0 the manifest that names them all.
   std::string error, digest, shard;
   try {
@@ -139,19 +139,29 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
                                                 " could not write " + what +
                                                 ", so no manifest was written: " + why);
   };
-  // Each shard's digest and size and its rank's host (for the replicas' buddies), or why the
-  // rank has none: one round for both.
+  // Each shard's digest and size, its rank's probe and host (for the replicas' buddies), or why
+  // the rank has none: one round for all.
+  const FolderProbe probe(folder, base, rank);
   const std::vector<std::string> entries = gather_strings(
-      ranks, error.empty() ? digest + " " + std::to_string(shard.size()) + " " + host_name()
+      ranks, error.empty() ? digest + " " + std::to_string(shard.size()) + " " +
+                                 (probe.name().empty() ? "-" : probe.name()) + " " + host_name()
                            : std::string(1, '\0') + error);
   for (std::size_t r = 0; r < entries.size(); ++r)
     if (!entries[r].empty() && entries[r][0] == '\0')
       refuse_write("its shard", int(r), entries[r].substr(1));
-  std::vector<std::string> hosts;
-  for (const std::string& e : entries)
-    hosts.push_back(e.substr(e.find(' ', e.find(' ') + 1) + 1));
+  std::vector<std::string> probes, hosts;
+  for (const std::string& e : entries) {
+    const std::size_t at = e.find(' ', e.find(' ') + 1) + 1, end = e.find(' ', at);
+    probes.push_back(e.substr(at, end - at));
+    hosts.push_back(e.substr(end + 1));
+  }
   const Replicas rep = plan_replicas(hosts, rank, RunAccess::replicas(pipe));
   const int from = (rank - rep.by + world) % world;
+  // A folder this rank shares with its buddy's rank, or with rank 0, already holds that rank's
+  // shard or manifest, flushed: no replica replaces it.
+  const bool replica_here = rep.by && !FolderProbe::seen(folder, probes[std::size_t(from)]);
+  const bool manifest_here =
+      rank == 0 || (rep.writes_manifest && !FolderProbe::seen(folder, probes[0]));
   // The shard's own file, flushed, while a copy goes to the buddy on another host (so that one
   // lost host loses no shard).
   std::string replica_error;
@@ -168,11 +178,13 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
       ~Join() { t.join(); }
     } join{writer};
     if (rep.by) {
-      const std::string& of = entries[std::size_t(from)];
+      std::istringstream of(entries[std::size_t(from)]);
+      std::string digest_of;
+      std::uint64_t bytes_of = 0;
+      of >> digest_of >> bytes_of;
       replica_error = exchange_replicas(
-          ranks, rep.by, shard,
-          (fs::path(folder_of(path)) / shard_name(base, step, from, world)).string(),
-          of.substr(0, of.find(' ')));
+          ranks, rep.by, shard, (fs::path(folder) / shard_name(base, step, from, world)).string(),
+          bytes_of, replica_here);
     }
   }
   // Both writes' errors in one round: "W" + its shard's, "R" + its buddy's.
@@ -185,7 +197,7 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
       refuse_write(written[r][0] == 'W' ? "its shard" : "its buddy's shard", int(r),
                    written[r].substr(1));
   std::string manifest_error;
-  if (rank == 0 || rep.writes_manifest) {
+  if (manifest_here) {
     ShardManifest m;
     const ShardLayout& layout = RunAccess::layout(pipe);
     m.step = step;
@@ -201,8 +213,13 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
       in >> s.digest >> s.bytes;
       m.shards.push_back(s);
     }
+    // Rank 0's manifest is flushed; another host's is its replica, as its buddy's shard is.
     try {
-      save_text_atomically(m.to_json(), path);
+      const std::string json = m.to_json();
+      if (rank == 0)
+        save_text_atomically(json, path);
+      else
+        write_unflushed(json.data(), json.size(), path);
     } catch (const ScalerError& e) {
       manifest_error = e.what();
     }
@@ -211,7 +228,7 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
     return "save_run: rank " + std::to_string(r) + " could not write the manifest '" + path + "'";
   });
   remove_older(path, step, rank, world);
-  if (rep.by) remove_older(path, step, from, world);
+  if (replica_here) remove_older(path, step, from, world);
 }
 
 std::int64_t load_sharded_run(

@@ -4,12 +4,13 @@
 #  1. tests/hosts/run-under.sh lost-host, RUNS times: from a cut link to every rank's exit on each
 #     side, from the restart to the survivors' first resumed step, the steps lost;
 #  2. save_run with replicas against without (shard_replicas off), a save every iteration, in
-#     alternating pairs, the model wide enough for 3 MiB shards.
-# Usage (root): bench/lost_host.sh [BUILD] [JSON] [RUNS]   (build, bench/results/data/
-# results-lost-host.json, 5)
+#     PAIRS alternating pairs (a pair's ratio swings by a fifth on this VM), the model wide
+#     enough for 7 MB shards.
+# Usage (root): bench/lost_host.sh [BUILD] [JSON] [RUNS] [PAIRS]   (build, bench/results/data/
+# results-lost-host.json, 5, 9)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${1:-build} json=${2:-bench/results/data/results-lost-host.json} runs=${3:-5}
+build=${1:-build} json=${2:-bench/results/data/results-lost-host.json} runs=${3:-5} pairs=${4:-9}
 launch=$PWD/$build/tools/ampactor-launch worker=$PWD/$build/tests/ampactor-dist-worker
 hosts=$PWD/tests/hosts/netns-hosts.sh
 out=$PWD/$build/bench-lost-host
@@ -43,7 +44,7 @@ save_ms() {  # save_ms REPLICAS: the mean save over the 4 ranks, in ms
     awk '{ n += $1; t += $2 } END { printf "%.3f\n", t / n }'
 }
 : >"$out/saves"
-for i in $(seq "$runs"); do
+for i in $(seq "$pairs"); do
   if [ $((i % 2)) = 1 ]; then off=$(save_ms off); on=$(save_ms auto); else on=$(save_ms auto); off=$(save_ms off); fi
   echo "save: unreplicated $off ms, replicated $on ms"
   echo "$off $on" >>"$out/saves"
@@ -58,6 +59,7 @@ med = lambda xs: statistics.median(xs)
 out = {
     "timeout_s": 3.0,
     "runs": len(fig),
+    "save_pairs": len(saves),
     "cut_to_exit_host0_s": med([f[0] for f in fig]),
     "cut_to_exit_host1_s": med([f[1] for f in fig]),
     "cut_to_exit_worst_s": max(max(f[0], f[1]) for f in fig),

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -217,23 +218,66 @@ class C10dRanks final : public RankGroup {
     refuse_after_failure();
     check_shift(*this, mine, by);
     const int to = (rank_ + by) % size_, from = (rank_ - by + size_) % size_;
-    // Its length, then its bytes: a send and a receive in flight at once, so no ring waits.
+    // Its length and its bytes sent at once (the bytes need no answer to the length), then the
+    // length received and the bytes into a buffer of that length: one round, no ring waits.
     at::Tensor len = at::empty({1}, at::kLong), their_len = at::empty({1}, at::kLong);
     len.fill_(mine.numel());
     std::vector<at::Tensor> out{len}, in{their_len};
+    std::vector<at::Tensor> data{mine.numel() ? mine : at::empty({1}, at::kByte)}, got;
     run("the shards' exchange", [&] {
-      auto s = pg_->send(out, to, 1);
+      auto sent_len = pg_->send(out, to, 1);
+      auto sent = pg_->send(data, to, 2);
       pg_->recv(in, from, 1)->wait(options_.timeout());
-      s->wait(options_.timeout());
-    });
-    theirs = at::empty({their_len.item<std::int64_t>()}, at::kByte);
-    std::vector<at::Tensor> data{mine.numel() ? mine : at::empty({1}, at::kByte)},
-        got{theirs.numel() ? theirs : at::empty({1}, at::kByte)};
-    run("the shards' exchange", [&] {
-      auto s = pg_->send(data, to, 2);
+      theirs = at::empty({their_len.item<std::int64_t>()}, at::kByte);
+      got.push_back(theirs.numel() ? theirs : at::empty({1}, at::kByte));
       pg_->recv(got, from, 2)->wait(options_.timeout());
-      s->wait(options_.timeout());
+      sent_len->wait(options_.timeout());
+      sent->wait(options_.timeout());
     });
+  }
+
+  void shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
+                    const std::function<void(const char*, std::size_t)>& take) override {
+    refuse_after_failure();
+    check_shift_pieces(*this, mine, by, piece);
+    const int to = (rank_ + by) % size_, from = (rank_ - by + size_) % size_;
+    at::Tensor len = at::empty({1}, at::kLong), their_len = at::empty({1}, at::kLong);
+    len.fill_(mine.numel());
+    std::exception_ptr taken;
+    run("the shards' exchange", [&] {
+      // Every piece sent at once; each received into one of two buffers while take has the
+      // other, so the pieces arrive as the last one is written out.
+      std::vector<c10::intrusive_ptr<c10d::Work>> sent;
+      std::vector<std::vector<at::Tensor>> pieces{{len}};
+      for (std::int64_t off = 0; off < mine.numel(); off += piece)
+        pieces.push_back({mine.narrow(0, off, std::min(piece, mine.numel() - off))});
+      for (std::size_t i = 0; i < pieces.size(); ++i)
+        sent.push_back(pg_->send(pieces[i], to, i == 0 ? 1 : 2));
+      std::vector<at::Tensor> in{their_len};
+      pg_->recv(in, from, 1)->wait(options_.timeout());
+      const std::int64_t n = their_len.item<std::int64_t>();
+      const at::Tensor buffers =
+          at::empty({2, std::max<std::int64_t>(1, std::min(piece, n))}, at::kByte);
+      const auto post = [&](std::int64_t off) {
+        std::vector<at::Tensor> into{
+            buffers[(off / piece) % 2].narrow(0, 0, std::min(piece, n - off))};
+        return pg_->recv(into, from, 2);
+      };
+      c10::intrusive_ptr<c10d::Work> next = n > 0 ? post(0) : c10::intrusive_ptr<c10d::Work>();
+      for (std::int64_t off = 0; off < n; off += piece) {
+        next->wait(options_.timeout());
+        next = off + piece < n ? post(off + piece) : c10::intrusive_ptr<c10d::Work>();
+        if (!taken) try {
+            take(static_cast<const char*>(buffers[(off / piece) % 2].data_ptr()),
+                 std::size_t(std::min(piece, n - off)));
+          } catch (...) {
+            taken = std::current_exception();
+          }
+      }
+      for (auto& s : sent)
+        s->wait(options_.timeout());
+    });
+    if (taken) std::rethrow_exception(taken);
   }
 
   void fail(const std::string& why) noexcept override {

@@ -79,4 +79,22 @@ void RankGroup::shift(const at::Tensor& mine, int by, at::Tensor& theirs) {
   theirs = all.narrow(0, most * from, each[std::size_t(from)]).clone();
 }
 
+void check_shift_pieces(const RankGroup& ranks, const at::Tensor& mine, int by,
+                        std::int64_t piece) {
+  check_shift(ranks, mine, by);
+  if (piece < 1)
+    throw ScalerError(errc::protocol_misuse,
+                      "RankGroup::shift_pieces: piece=" + std::to_string(piece) + " is not >= 1");
+}
+
+void RankGroup::shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
+                             const std::function<void(const char*, std::size_t)>& take) {
+  check_shift_pieces(*this, mine, by, piece);
+  at::Tensor theirs;
+  shift(mine, by, theirs);
+  const auto* data = static_cast<const char*>(theirs.data_ptr());
+  for (std::int64_t at = 0; at < theirs.numel(); at += piece)
+    take(data + at, std::size_t(std::min(piece, theirs.numel() - at)));
+}
+
 }  // namespace ampactor

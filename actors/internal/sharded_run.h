@@ -90,14 +90,36 @@ struct Replicas {
   bool writes_manifest = false;
 };
 Replicas plan_replicas(const std::vector<std::string>& hosts, int rank, ShardReplicas mode);
+/// `n` bytes to `path`, whole or not at all, not flushed to the disk: a replica (of a shard or
+/// of the manifest) guards against the other host's loss, and this host's page cache keeps it.
+void write_unflushed(const char* data, std::size_t n, const std::string& path);
 /// This process's host name.
 std::string host_name();
 /// file_digest's digest of `n` bytes in memory.
 std::string bytes_digest(const char* data, std::size_t n);
 /// Sends this rank's shard (`mine`, its file's bytes) to its buddy and writes the one it
-/// receives (rank `from`'s, of `expected_digest`) as the file `theirs`; this rank's error, or "".
+/// receives (rank `from`'s, of `expected_bytes`) as the file `theirs`, unless `write` is false
+/// (then only its length is checked); this rank's error, or "".
 std::string exchange_replicas(RankGroup& ranks, int by, const std::string& mine,
-                              const std::string& theirs, const std::string& expected_digest);
+                              const std::string& theirs, std::uint64_t expected_bytes,
+                              bool write = true);
+/// An empty file beside a save, named for its rank and at random, removed when
+/// this is destroyed: a rank that finds another's in its own folder shares that folder (a disk
+/// the hosts share), where a replica would only replace its flushed original by an unflushed
+/// copy. name() is "" if it could not be made.
+class FolderProbe {
+ public:
+  FolderProbe(const std::string& folder, const std::string& base, int rank);
+  ~FolderProbe();
+  FolderProbe(const FolderProbe&) = delete;
+  FolderProbe& operator=(const FolderProbe&) = delete;
+  const std::string& name() const { return name_; }
+  /// Whether another rank's probe `name` is in `folder` ("" or "-": no).
+  static bool seen(const std::string& folder, const std::string& name);
+
+ private:
+  std::string folder_, name_;
+};
 /// load_run of a save made on another number of ranks: the shards this rank's disk holds
 /// (its own, or a buddy's replica) sent to every rank, each re-sharding them to its world as
 /// reshard_run does, then loading its shard through load_file. A shard no rank holds: every rank

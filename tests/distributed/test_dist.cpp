@@ -97,7 +97,7 @@ TEST_CASE("data parallel equals one process over the concatenated batch, bit for
 TEST_CASE(
     "average and reduce_scatter on 2, 3 and 4 ranks: the mean summed in rank order, uneven and "
     "empty cuts, the maxima agreed, bad bounds refused, also in buckets and chunks of 400 bytes, "
-    "and shift's bytes around the ring") {
+    "and shift's bytes around the ring, whole and in pieces") {
   // The last run: 400-byte buckets, so that average makes several and reduce_scatter cuts its
   // part into chunks that cross the ranks' cuts.
   const std::vector<std::pair<int, std::string>> runs = {{2, ""}, {3, ""}, {4, ""}, {4, "400"}};
@@ -117,7 +117,8 @@ TEST_CASE(
       // there is one order).
       const std::string order = n == 2 ? "no" : "yes";
       CHECK_MESSAGE(out.find("order matters " + order + "\n") != std::string::npos, out);
-      for (const std::string check : {"average", "reduce_scatter", "empty", "refused", "shift"})
+      for (const std::string check :
+           {"average", "reduce_scatter", "empty", "refused", "shift", "shift_pieces"})
         CHECK_MESSAGE(out.find(check + " ok\n") != std::string::npos, out);
       CHECK(out.find("FAILED") == std::string::npos);
     }

@@ -5,10 +5,14 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/remainder.h>
+#include <ATen/ops/zeros.h>
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 namespace ampactor::test {
@@ -145,6 +149,65 @@ void check_collectives(RankGroup& ranks, std::ostream& out) {
       if (e.code() != errc::protocol_misuse) wrong = e.what();
     }
   say(out, "shift", wrong);
+
+  // shift_pieces: the same bytes, whole and in order, in pieces of 1, 2, 5 and more than any
+  // rank holds, by the group's receive into two buffers and by the default; a take that throws
+  // at its second piece hears of nothing more, its exception comes back after the exchange, and
+  // the ranks are still in step (the next exchange is right).
+  wrong.clear();
+  for (const std::int64_t piece : {1, 2, 5, 1000})
+    for (int by = 1; by < size && wrong.empty(); ++by)
+      for (const bool by_default : {false, true}) {
+        const int from = (rank - by + size) % size;
+        std::string got;
+        std::int64_t pieces = 0, largest = 0;
+        const auto take = [&](const char* p, std::size_t n) {
+          got.append(p, n);
+          ++pieces;
+          largest = std::max<std::int64_t>(largest, std::int64_t(n));
+        };
+        if (by_default)
+          ranks.RankGroup::shift_pieces(bytes_of(rank), by, piece, take);
+        else
+          ranks.shift_pieces(bytes_of(rank), by, piece, take);
+        const at::Tensor want = bytes_of(from);
+        const std::int64_t n = want.numel();
+        if (got != std::string(static_cast<const char*>(want.data_ptr()), std::size_t(n)) ||
+            pieces != (n + piece - 1) / piece || largest > piece)
+          wrong = "piece " + std::to_string(piece) + " by " + std::to_string(by) +
+                  (by_default ? " (default)" : "") + ": not rank " + std::to_string(from) +
+                  "'s bytes in pieces";
+      }
+  for (const bool by_default : {false, true}) {
+    int calls = 0;
+    const auto throwing = [&](const char*, std::size_t) {
+      if (++calls == 2) throw std::runtime_error("the disk is full");
+    };
+    try {
+      // Every rank's bytes padded to 10, so that each hands out at least 2 pieces of 4.
+      const at::Tensor mine = at::cat({bytes_of(rank), at::zeros({10}, at::kByte)});
+      if (by_default)
+        ranks.RankGroup::shift_pieces(mine, 1, 4, throwing);
+      else
+        ranks.shift_pieces(mine, 1, 4, throwing);
+      wrong = "a take that threw: nothing rethrown";
+    } catch (const std::runtime_error& e) {
+      if (std::string(e.what()) != "the disk is full" || calls != 2)
+        wrong = "a take that threw: " + std::string(e.what()) + " after " + std::to_string(calls) +
+                " pieces";
+    }
+    at::Tensor after;
+    ranks.shift(bytes_of(rank), 1, after);
+    if (!same_bits(after, bytes_of((rank - 1 + size) % size)))
+      wrong = "after a take that threw: the next shift is not right";
+  }
+  try {
+    ranks.shift_pieces(bytes_of(rank), 1, 0, [](const char*, std::size_t) {});
+    wrong = "piece 0 not refused";
+  } catch (const ScalerError& e) {
+    if (e.code() != errc::protocol_misuse) wrong = e.what();
+  }
+  say(out, "shift_pieces", wrong);
 }
 
 }  // namespace ampactor::test

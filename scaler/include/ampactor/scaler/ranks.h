@@ -52,6 +52,14 @@ class RankGroup {
   /// all_max. This default all-gathers every rank's bytes; ampactor::dist's group sends and
   /// receives only these two.
   virtual void shift(const at::Tensor& mine, int by, at::Tensor& theirs);
+  /// shift, with rank (rank() - by) % size()'s bytes handed to `take` in order, in pieces of at
+  /// most `piece` bytes (>= 1, the same on every rank), as they arrive: ampactor::dist's group
+  /// receives into two buffers of that size, so a large transfer is written out of a buffer
+  /// still in cache. If `take` throws, it is handed nothing more, the rest is still received (no
+  /// rank waits on this one), and then its exception is rethrown. This default shifts, then hands
+  /// out the pieces.
+  virtual void shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
+                            const std::function<void(const char* data, std::size_t n)>& take);
   /// Tells the other ranks that this one failed and why, so that their errors name it and its
   /// reason. Never throws.
   virtual void fail(const std::string& why) noexcept = 0;
@@ -82,6 +90,10 @@ class ForwardingRanks : public RankGroup {
   void shift(const at::Tensor& mine, int by, at::Tensor& theirs) override {
     in_->shift(mine, by, theirs);
   }
+  void shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
+                    const std::function<void(const char*, std::size_t)>& take) override {
+    in_->shift_pieces(mine, by, piece, take);
+  }
   void fail(const std::string& why) noexcept override { in_->fail(why); }
   void require_same(const std::string& what, const std::string& text) override {
     in_->require_same(what, text);
@@ -105,6 +117,8 @@ std::vector<std::int32_t> ranks_that_found(const std::vector<float>& agreed);
 /// reduce_scatter's arguments, checked: ScalerError(errc::protocol_misuse) naming what is wrong.
 /// RankGroup::shift's checks (ScalerError(errc::protocol_misuse)), for its implementations.
 void check_shift(const RankGroup& ranks, const at::Tensor& mine, int by);
+/// RankGroup::shift_pieces's checks: check_shift's, and `piece` >= 1.
+void check_shift_pieces(const RankGroup& ranks, const at::Tensor& mine, int by, std::int64_t piece);
 void check_reduce_scatter(const RankGroup& ranks, const at::Tensor& part,
                           const std::vector<std::int64_t>& bounds);
 
