@@ -2,12 +2,12 @@
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
-#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/scaler/ranks.h>
-#include "internal/optimizer_file.h"
+#include "checkpoint/internal/optimizer_file.h"
 #include "internal/sharded_run.h"
 
 #include <torch/nn/module.h>

@@ -1,7 +1,7 @@
 // A sharded run that survives a lost host: each rank's shard also kept by a buddy on another
 // host, and a save loaded on another number of ranks re-sharded inside load_run.
-#include <ampactor/actors/sharded_checkpoint.h>
 #include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/scaler/ranks.h>
 #include "internal/sharded_run.h"

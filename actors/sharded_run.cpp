@@ -3,7 +3,7 @@
 #include "internal/sharded_run.h"
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
-#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/scaler/ranks.h>
 #include "internal/shard_state.h"
@@ -76,15 +76,6 @@ void agree(RankGroup& ranks, const std::string& error,
   const std::vector<std::string> all = gather_strings(ranks, error);
   for (std::size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty()) refuse(what(int(r)) + ": " + all[r]);
-}
-
-std::string shard_text(int rank, const ShardLayout& layout) {
-  return "rank " + std::to_string(rank) + "'s shard (" + layout.str() + ")";
-}
-
-std::string shard_name(const std::string& base, std::int64_t step, int rank, int world) {
-  return base + ".step" + std::to_string(step) + ".rank" + std::to_string(rank) + "-of-" +
-         std::to_string(world);
 }
 
 namespace {

@@ -7,7 +7,7 @@
 //                                                 ordinary checkpoint)
 // Exit code: 0 done; 1 a checkpoint refused (the message names the rank and the reason); 2 bad
 // arguments.
-#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
 
 #include <CLI/CLI.hpp>

@@ -4,7 +4,7 @@
 #pragma once
 
 #include <ampactor/actors/async_optimizer.h>
-#include <ampactor/actors/sharded_checkpoint.h>
+#include "checkpoint/internal/sharded_files.h"
 
 #include <cstdint>
 #include <functional>
@@ -36,13 +36,6 @@ struct RunAccess {
   }
 };
 
-/// Rank r's shard file of a save at `step` to BASE (the manifest's file name):
-/// "BASE.step<K>.rank<R>-of-<N>".
-std::string shard_name(const std::string& base, std::int64_t step, int rank, int world);
-
-/// What a sharded pipeline's save() records as its shard (AsyncOptimizer::shard_text).
-std::string shard_text(int rank, const ShardLayout& layout);
-
 /// Every rank's `mine`, in rank order: two all-gathers, the lengths then the padded bytes.
 std::vector<std::string> gather_strings(RankGroup& ranks, const std::string& mine);
 
@@ -64,24 +57,6 @@ std::int64_t load_sharded_run(
     const std::string& path, const RunParts& parts,
     const std::function<std::int64_t(const std::string&, const AgreeFn&)>& load_file);
 
-/// The manifest in `text` (read from `path`), checked for form.
-ShardManifest parse_manifest(const std::string& text, const std::string& path);
-/// The most bytes a manifest is read to: a parameter's entry takes tens of bytes, so a million
-/// parameters fit; a larger "manifest" (a link to a huge file, say) is refused, not read whole.
-inline constexpr std::uint64_t kManifestLimit = std::uint64_t(64) << 20;
-/// The text of the manifest at `path` (a regular file of at most kManifestLimit bytes); anything
-/// but a manifest refused.
-std::string manifest_text(const std::string& path);
-/// "" if rank r's shard file is beside `path` with the size and digest recorded, else what
-/// differs.
-std::string shard_problem(const ShardManifest& m, const std::string& path, int r);
-/// The step a shard file (a run file) holds.
-std::int64_t shard_step(const std::string& file);
-/// "" if rank r's shard holds the manifest's step `step`, else what differs.
-std::string step_problem(const ShardManifest& m, const std::string& path, int r, std::int64_t step);
-/// The folder of `path` ("." for a bare name).
-std::string folder_of(const std::string& path);
-
 /// A sharded save's replicas (AsyncOptimizerOptions::shard_replicas): the ring shift that puts
 /// each rank's buddy on another host (0: none), and whether this rank writes the manifest too
 /// (the first rank of each host but rank 0's), from every rank's host name in rank order.
@@ -95,8 +70,6 @@ Replicas plan_replicas(const std::vector<std::string>& hosts, int rank, ShardRep
 void write_unflushed(const char* data, std::size_t n, const std::string& path);
 /// This process's host name.
 std::string host_name();
-/// file_digest's digest of `n` bytes in memory.
-std::string bytes_digest(const char* data, std::size_t n);
 /// Sends this rank's shard (`mine`, its file's bytes) to its buddy and writes the one it
 /// receives (rank `from`'s, of `expected_bytes`) as the file `theirs`, unless `write` is false
 /// (then only its length is checked); this rank's error, or "".

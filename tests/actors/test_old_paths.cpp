@@ -2,6 +2,7 @@
 // here; users see a deprecation warning) and names the same entities.
 #define AMPACTOR_NO_DEPRECATED_HEADER_WARNINGS
 #include <ampactor/actors/keeper_core.h>
+#include <ampactor/actors/sharded_checkpoint.h>
 #include <ampactor/async_optimizer.h>
 #include <ampactor/checkpoint.h>
 #include <ampactor/grad_scaler.h>
@@ -30,4 +31,13 @@ TEST_CASE("the 0.2 include paths still compile and reach the same API as the new
     caught = e.code() == ampactor::errc::bad_checkpoint;
   }
   CHECK(caught);
+  // The sharded run's functions, now ampactor::checkpoint's, through the old path: a world
+  // below 1 refused as before.
+  bool refused = false;
+  try {
+    ampactor::reshard_run("no-such-run", 0, "no-such-out");
+  } catch (const ampactor::ScalerError& e) {
+    refused = e.code() == ampactor::errc::bad_option;
+  }
+  CHECK(refused);
 }

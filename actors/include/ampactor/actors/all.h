@@ -4,7 +4,6 @@
 
 #include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
-#include <ampactor/actors/sharded_checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/actors/scale_keeper.h>

@@ -143,7 +143,7 @@ class AsyncOptimizerOptions {
   /// With the model on a GPU (master_device kCPU) the flat buffer is the pinned host weights,
   /// all-gathered in each step's job and copied to the model by the next exchange. Every rank
   /// must set it alike (checked at construction). save_run and load_run become collectives
-  /// (<ampactor/actors/sharded_checkpoint.h>).
+  /// (<ampactor/checkpoint/sharded_checkpoint.h>).
   AMPACTOR_ARG_ANY(bool, shard_optimizer_state, false);
   /// With shard_optimizer_state: save_run also writes each rank's shard on its buddy, the rank
   /// `by` places on around the ring for the least `by` that puts every rank's buddy on another

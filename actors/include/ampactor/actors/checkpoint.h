@@ -46,7 +46,7 @@ class RunParts {
 /// The pipeline is saved first: it waits for the steps in flight, so the optimizer holds still.
 /// With a pipeline that shards its optimizer state it is a collective (every rank calls it at the
 /// same step, with the same path): each rank writes its shard to PATH.step<K>.rank<R>-of-<N>,
-/// then rank 0 the manifest at `path` (<ampactor/actors/sharded_checkpoint.h>), once every
+/// then rank 0 the manifest at `path` (<ampactor/checkpoint/sharded_checkpoint.h>), once every
 /// shard is written; then each rank removes its shard files of earlier saves at `path`. A rank
 /// that cannot write: every rank throws ScalerError(errc::bad_checkpoint) naming it, and the
 /// manifest still names the last save's shards.

@@ -1,9 +1,9 @@
 // The digest a sharded run's manifest records of each shard file (and of a replica's bytes in
 // memory, before they are written).
-#include <ampactor/actors/sharded_checkpoint.h>
 #include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
-#include "internal/sharded_run.h"
+#include "internal/sharded_files.h"
 
 #include <unistd.h>
 #include <cerrno>

@@ -2,11 +2,12 @@
 // per parameter, then written out cut along another layout. The masters and each per-element
 // optimizer state tensor are cut; the step counts, the options, the model and the scaler are
 // copied, and must agree across the shards.
-#include <ampactor/actors/checkpoint.h>
-#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
+#include "internal/archive_tree.h"
 #include "internal/optimizer_file.h"
-#include "internal/sharded_run.h"
+#include "internal/sharded_files.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -30,51 +31,6 @@ using torch::serialize::OutputArchive;
   throw ScalerError(errc::bad_checkpoint, why + "; nothing was written");
 }
 
-/// A sub-archive as a tree, to copy it: each key's value, or its sub-archive.
-struct Node {
-  struct Entry {
-    std::string key;
-    c10::IValue value;
-    std::shared_ptr<Node> sub;
-  };
-  std::vector<Entry> entries;
-};
-
-Node read_node(InputArchive& a) {
-  Node n;
-  for (const std::string& k : a.keys()) {
-    InputArchive sub;
-    c10::IValue v;
-    if (a.try_read(k, sub))
-      n.entries.push_back({k, {}, std::make_shared<Node>(read_node(sub))});
-    else if (a.try_read(k, v))
-      n.entries.push_back({k, v, nullptr});
-  }
-  return n;
-}
-
-void write_node(const Node& n, OutputArchive& a);
-
-/// `n` as the sub-archive `key` of `parent`.
-void write_node(const Node& n, OutputArchive& parent, const std::string& key) {
-  OutputArchive a(parent.compilation_unit());
-  write_node(n, a);
-  parent.write(key, a);
-}
-
-void write_node(const Node& n, OutputArchive& a) {
-  for (const Node::Entry& e : n.entries) {
-    if (e.sub) {
-      write_node(*e.sub, a, e.key);
-    } else if (e.value.isTensor()) {  // a model's parameter (it requires grad) or buffer
-      const at::Tensor t = e.value.toTensor();
-      a.write(e.key, t, /*is_buffer=*/!t.requires_grad());
-    } else {
-      a.write(e.key, e.value);
-    }
-  }
-}
-
 /// One parameter's optimizer state: its per-element tensors (flat, the whole parameter's) and
 /// its other values (the step count), in the order the optimizer wrote them.
 struct ParamState {
@@ -90,7 +46,7 @@ struct Run {
   std::vector<at::Tensor> masters;  // flat
   std::vector<ParamState> state;
   std::vector<bool> seen;  // a piece of the parameter was read (its state's presence known)
-  std::optional<Node> model, options;
+  std::optional<internal::ArchiveNode> model, options;
   std::optional<StateDict> scaler;
   std::vector<std::pair<std::string, c10::IValue>> pipeline;  // format, staleness, setup...
   c10::IValue pytorch_version, kind;                          // the optimizer's format and kind
@@ -227,13 +183,13 @@ void merge_common(Run& run, File& f, const std::string& who, bool first) {
     if (key != "shard" && !f.pipe.try_read(key, list) && f.pipe.try_read(key, v))
       run.pipeline.emplace_back(key, v);
   }
-  if (InputArchive a; f.all.try_read("model", a)) run.model = read_node(a);
+  if (InputArchive a; f.all.try_read("model", a)) run.model = internal::read_node(a);
   InputArchive param_groups, group, options;
   f.opt.try_read("pytorch_version", run.pytorch_version);
   f.all.try_read(kOptimizerKind, run.kind);
   f.opt.try_read("param_groups", param_groups);
   param_groups.try_read("param_groups/0", group);
-  if (group.try_read("options", options)) run.options = read_node(options);
+  if (group.try_read("options", options)) run.options = internal::read_node(options);
 }
 
 using Progress = std::function<void(const std::string&)>;
@@ -326,7 +282,7 @@ void write_run(const Run& run, const std::vector<ShardPiece>& pieces, bool whole
                   /*is_buffer=*/true);
   pipe.write("masters", masters);
   all.write("pipeline", pipe);
-  if (run.model) write_node(*run.model, all, "model");
+  if (run.model) internal::write_node(*run.model, all, "model");
   // LibTorch's optimizer archive: its state by key; its one group's parameters' keys, in order,
   // and options.
   opt.write("pytorch_version", run.pytorch_version);
@@ -343,7 +299,7 @@ void write_run(const Run& run, const std::vector<ShardPiece>& pieces, bool whole
   group.write("params/size", at::scalar_tensor(std::int64_t(pieces.size()), at::kLong));
   for (std::size_t j = 0; j < pieces.size(); ++j)
     group.write("params/" + std::to_string(j), c10::IValue(std::to_string(j)));
-  if (run.options) write_node(*run.options, group, "options");
+  if (run.options) internal::write_node(*run.options, group, "options");
   param_groups.write("param_groups/0", group);
   opt.write("param_groups", param_groups);
   all.write("optimizer", opt);

@@ -1,9 +1,9 @@
 // A sharded run's manifest: its JSON, its checks, and each shard file's checks against it
 // (size, digest, step), for load_run, ampactor-ckpt check and the re-shard.
-#include <ampactor/actors/checkpoint.h>
-#include <ampactor/actors/sharded_checkpoint.h>
+#include <ampactor/checkpoint/checkpoint.h>
+#include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
-#include "internal/sharded_run.h"
+#include "internal/sharded_files.h"
 
 #include <torch/serialize/input-archive.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +24,15 @@ namespace {
 }
 
 }  // namespace
+
+std::string internal::shard_text(int rank, const ShardLayout& layout) {
+  return "rank " + std::to_string(rank) + "'s shard (" + layout.str() + ")";
+}
+
+std::string internal::shard_name(const std::string& base, std::int64_t step, int rank, int world) {
+  return base + ".step" + std::to_string(step) + ".rank" + std::to_string(rank) + "-of-" +
+         std::to_string(world);
+}
 
 std::string internal::folder_of(const std::string& path) {
   const fs::path parent = fs::path(path).parent_path();
