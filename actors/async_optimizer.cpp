@@ -144,7 +144,12 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
       if (scaler_) scaler_->finish_jobs();
       overlap_->forget_optimizer();
     });
-  scaler_->attach(this);  // last: a constructor that throws leaves nothing registered
+  // Last: a constructor that throws leaves nothing registered. A scaler that goes first takes
+  // its system, and so the scoped actor that waits in it.
+  scaler_->on_gone(this, [this] {
+    waiter_.reset();
+    scaler_ = nullptr;
+  });
 }
 
 AsyncOptimizer::~AsyncOptimizer() {
@@ -153,7 +158,7 @@ AsyncOptimizer::~AsyncOptimizer() {
   // after a job's error (which the scaler reports). A scaler that went first ran them all.
   if (!scaler_) return;
   scaler_->finish_jobs();
-  scaler_->detach(this);
+  scaler_->forget(this);
 }
 
 GradScaler& AsyncOptimizer::scaler() const {

@@ -1,6 +1,5 @@
 #include "internal/grad_scaler_impl.h"
 
-#include <ampactor/actors/async_optimizer.h>
 
 #include <algorithm>
 
@@ -302,18 +301,15 @@ caf::actor_system& GradScaler::system() const {
   return *impl_->sys;
 }
 
-void GradScaler::attach(AsyncOptimizer* pipeline) {
-  impl_->pipelines.push_back(pipeline);
+void GradScaler::on_gone(const void* who, std::function<void()> gone) {
+  impl_->on_gone.emplace_back(who, std::move(gone));
 }
 
-void GradScaler::detach(AsyncOptimizer* pipeline) noexcept {
-  auto& ps = impl_->pipelines;
-  ps.erase(std::remove(ps.begin(), ps.end(), pipeline), ps.end());
-}
-
-void GradScaler::scaler_gone(AsyncOptimizer& pipeline) noexcept {
-  pipeline.waiter_.reset();  // a scoped actor of the scaler's system, which outlives it no longer
-  pipeline.scaler_ = nullptr;
+void GradScaler::forget(const void* who) noexcept {
+  auto& hooks = impl_->on_gone;
+  hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
+                             [&](const auto& h) { return h.first == who; }),
+              hooks.end());
 }
 
 }  // namespace ampactor

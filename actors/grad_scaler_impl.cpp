@@ -117,8 +117,8 @@ GradScaler::Impl::~Impl() {
               << d.k << "): " << d.error_text << "\n";
   // The jobs have run: the pipelines let go of the scaler and of what lives in its actor system,
   // which goes below.
-  for (AsyncOptimizer* p : pipelines)
-    GradScaler::scaler_gone(*p);
+  for (auto& hook : on_gone)
+    hook.second();
   auto& a = setup.actors;
   caf::anon_send_exit(a.optimizer, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(a.keeper, caf::exit_reason::user_shutdown);

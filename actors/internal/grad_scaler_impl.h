@@ -93,7 +93,8 @@ struct GradScaler::Impl {
   internal::MainState main;
   internal::ResultLog log;
   std::unique_ptr<internal::SystemHolder> own;  // the actor system, when the scaler owns it
-  std::vector<AsyncOptimizer*> pipelines;       // told, after the last job, that the scaler is gone
+  // Told, after the last job, that the scaler is gone (GradScaler::on_gone).
+  std::vector<std::pair<const void*, std::function<void()>>> on_gone;
   caf::actor_system* sys = nullptr;
   std::unique_ptr<caf::scoped_actor> self;  // the trainer: the main thread's actor
 

@@ -236,7 +236,6 @@ class AsyncOptimizer {
   void load(torch::serialize::InputArchive& archive);
 
  private:
-  friend class GradScaler;            // tells the pipeline that it went first
   friend struct internal::RunAccess;  // save_run and load_run
   /// What load() read, checked against this pipeline; applied by apply_load.
   struct Loaded {

@@ -198,10 +198,11 @@ class GradScaler {
   /// main thread waits in backward(), for the iteration's known scale; false, nothing queued,
   /// where the scale is not known yet or the scaler is disabled.
   bool submit_from_backward(std::function<void()> fn);
-  /// The pipelines over this scaler (main thread): told when the scaler goes, after its jobs.
-  void attach(AsyncOptimizer* pipeline);
-  void detach(AsyncOptimizer* pipeline) noexcept;
-  static void scaler_gone(AsyncOptimizer& pipeline) noexcept;
+  /// What lives over this scaler (a pipeline, main thread): `gone` is told when the scaler goes,
+  /// after its jobs, once, unless `who` is forgotten first. The scaler names no pipeline: the
+  /// pipeline library sits above this one.
+  void on_gone(const void* who, std::function<void()> gone);
+  void forget(const void* who) noexcept;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;
