@@ -1,6 +1,5 @@
 #include "internal/grad_scaler_impl.h"
 
-
 #include <algorithm>
 
 #include <ampactor/scaler/local_grad_scaler.h>
@@ -307,9 +306,9 @@ void GradScaler::on_gone(const void* who, std::function<void()> gone) {
 
 void GradScaler::forget(const void* who) noexcept {
   auto& hooks = impl_->on_gone;
-  hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
-                             [&](const auto& h) { return h.first == who; }),
-              hooks.end());
+  hooks.erase(
+      std::remove_if(hooks.begin(), hooks.end(), [&](const auto& h) { return h.first == who; }),
+      hooks.end());
 }
 
 }  // namespace ampactor

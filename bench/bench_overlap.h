@@ -1,6 +1,6 @@
 // What the parts of ampactor-bench-overlap share: the workloads, the modes and the timings.
 #pragma once
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 

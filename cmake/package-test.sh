@@ -165,7 +165,8 @@ if [ -d /usr/include/torch/csrc/api/include ] &&
   g++ -std=c++17 -O1 -c "$src/examples/async_steps.cpp" -o "$work/async_steps.o" \
     -I$PREFIX/include -I/usr/include/torch/csrc/api/include
   g++ "$work/async_steps.o" -o "$work/async_steps-bare" \
-    -L$PREFIX/lib -lampactor_trace -lampactor_actors -lampactor_checkpoint -lampactor_messages \
+    -L$PREFIX/lib -lampactor_trace -lampactor_run -lampactor_pipeline -lampactor_actors \
+    -lampactor_checkpoint -lampactor_messages \
     -lampactor_keeper -lampactor_scaler -lampactor_optim -lampactor_kernels -lampactor_core \
     -lcaf_core -ltorch -ltorch_cpu -lc10 -fopenmp -pthread
   "$work/async_steps-bare" "$work/run-bare.jsonl"

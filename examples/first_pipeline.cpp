@@ -1,6 +1,6 @@
 // The asynchronous pipeline in brief: fp32 masters stepped by a fused AdamW on the optimizer
 // thread while the trainer runs the next forward and backward on the weights of the step before.
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 #include <torch/torch.h>

@@ -10,6 +10,8 @@
 #include <ampactor/kernels/all.h>
 #include <ampactor/messages/all.h>
 #include <ampactor/optim/all.h>
+#include <ampactor/pipeline/all.h>
+#include <ampactor/run/all.h>
 #include <ampactor/scaler/all.h>
 #include <ampactor/trace/all.h>
 #include <ampactor/version.h>

@@ -3,7 +3,7 @@
 // GPU and the masters on the CPU; and the bit-for-bit comparison of two such runs.
 #pragma once
 
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/trace/trace.h>

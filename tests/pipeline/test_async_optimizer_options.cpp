@@ -3,7 +3,7 @@
 #include "doctest_torch.h"
 #include "solo_ranks.h"
 
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/scaler/ranks.h>

@@ -3,7 +3,7 @@
 // with CUDA; without them each prints "skipped: ..." and passes.
 #include "doctest_torch.h"
 
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 

@@ -4,7 +4,7 @@
 #pragma once
 #include "doctest_torch.h"
 
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/optim/fused.h>

@@ -1,8 +1,7 @@
-// ampactor::actors, whole. The actors: the scale keeper, the optimizer actor, GradScaler,
-// AsyncOptimizer.
+// ampactor::actors, whole. The actors: the scale keeper, the optimizer actor, GradScaler.
+// AsyncOptimizer is ampactor::pipeline's (<ampactor/pipeline/all.h>).
 #pragma once
 
-#include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>

@@ -1,9 +1,9 @@
 // Deprecated: <ampactor/async_optimizer.h> goes in the next release; include
-// <ampactor/actors/async_optimizer.h>.
+// <ampactor/pipeline/async_optimizer.h>.
 #pragma once
 
 #if defined(__GNUC__) && !defined(AMPACTOR_NO_DEPRECATED_HEADER_WARNINGS)
 #pragma GCC warning \
-    "<ampactor/async_optimizer.h> is deprecated: include <ampactor/actors/async_optimizer.h>"
+    "<ampactor/async_optimizer.h> is deprecated: include <ampactor/pipeline/async_optimizer.h>"
 #endif
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>

@@ -1,10 +1,10 @@
 // What AsyncOptimizer::step does besides moving the gradients: clipping by the global 2-norm
 // inside the step's job (AsyncOptimizerOptions::clip_grad_norm), the warning when the model's
 // gradients were never cleared, and the ranks told of a waited step job's error.
-#include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/ranks.h>
 #include <torch/optim/optimizer.h>

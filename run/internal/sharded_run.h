@@ -3,8 +3,9 @@
 // published or changed.
 #pragma once
 
-#include <ampactor/actors/async_optimizer.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include "checkpoint/internal/sharded_files.h"
+#include "pipeline/internal/run_access.h"
 
 #include <cstdint>
 #include <functional>
@@ -18,23 +19,6 @@ class ShardLayout;
 }  // namespace ampactor
 
 namespace ampactor::internal {
-
-/// What save_run and load_run need of a pipeline's privates.
-struct RunAccess {
-  using Loaded = AsyncOptimizer::Loaded;
-  static Loaded checked_load(const AsyncOptimizer& pipe, torch::serialize::InputArchive& archive) {
-    return pipe.checked_load(archive);
-  }
-  static void apply_load(AsyncOptimizer& pipe, const Loaded& l) { pipe.apply_load(l); }
-  static bool sharded(const AsyncOptimizer& pipe);
-  static RankGroup& ranks(const AsyncOptimizer& pipe);
-  static const ShardLayout& layout(const AsyncOptimizer& pipe);
-  /// The model parameters' shapes, in the layout's order.
-  static std::vector<std::vector<std::int64_t>> shapes(const AsyncOptimizer& pipe);
-  static ShardReplicas replicas(const AsyncOptimizer& pipe) {
-    return pipe.options_.shard_replicas();
-  }
-};
 
 /// Every rank's `mine`, in rank order: two all-gathers, the lengths then the padded bytes.
 std::vector<std::string> gather_strings(RankGroup& ranks, const std::string& mine);

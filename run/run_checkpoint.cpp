@@ -1,11 +1,11 @@
 // save_run / load_run: a whole training run in one checkpoint file, loaded whole or not at all.
-#include <ampactor/actors/async_optimizer.h>
-#include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
+#include <ampactor/run/run.h>
 #include <ampactor/scaler/ranks.h>
 #include "checkpoint/internal/optimizer_file.h"
 #include "internal/sharded_run.h"

@@ -1,10 +1,10 @@
 // AsyncOptimizer's overlapped-backward mode, its side in the pipeline: the options' checks, the
 // buckets, and step() (internal/overlap_backward.h does the work).
-#include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <string>
 

@@ -1,11 +1,11 @@
 // The sharded optimizer state (AsyncOptimizerOptions::shard_optimizer_state): each rank keeps
 // the masters of one shard, reduce-scatters the gradients so that it holds the ranks' mean of that
 // shard, steps it and all-gathers the weights.
-#include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/clip.h>
 #include "internal/host_offload.h"
 #include "internal/shard_state.h"

@@ -1,12 +1,11 @@
 // Sharded run checkpoints: the manifest, the shard files' digests, and save_run / load_run as
 // collectives in which every rank agrees before a manifest is published or a shard loaded.
 #include "internal/sharded_run.h"
-#include <ampactor/actors/async_optimizer.h>
-#include <ampactor/actors/checkpoint.h>
 #include <ampactor/checkpoint/sharded_checkpoint.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/pipeline/async_optimizer.h>
+#include <ampactor/run/run.h>
 #include <ampactor/scaler/ranks.h>
-#include "internal/shard_state.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -32,22 +31,6 @@ namespace {
 }  // namespace
 
 namespace internal {
-
-bool RunAccess::sharded(const AsyncOptimizer& pipe) {
-  return pipe.shard_ != nullptr;
-}
-RankGroup& RunAccess::ranks(const AsyncOptimizer& pipe) {
-  return pipe.shard_->ranks();
-}
-const ShardLayout& RunAccess::layout(const AsyncOptimizer& pipe) {
-  return pipe.shard_->layout();
-}
-std::vector<std::vector<std::int64_t>> RunAccess::shapes(const AsyncOptimizer& pipe) {
-  std::vector<std::vector<std::int64_t>> s;
-  for (const at::Tensor& p : pipe.model_)
-    s.emplace_back(p.sizes().begin(), p.sizes().end());
-  return s;
-}
 
 std::vector<std::string> gather_strings(RankGroup& ranks, const std::string& mine) {
   const int world = ranks.size();

@@ -1,14 +1,14 @@
-#include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
-#include "internal/grad_scaler_impl.h"
+#include <ampactor/pipeline/async_optimizer.h>
 #include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
 #include "internal/shard_state.h"
 
 #include <caf/atom.hpp>
+#include <caf/logger.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
@@ -121,7 +121,9 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
   }
   if (options_.swap_weights()) {  // the deferred steps' mailbox (defer_grad_move, fused steps)
     waiter_ = std::make_unique<caf::scoped_actor>(scaler_->system());
-    internal::release_thread_logger();
+    // CAF 0.17 pins the last system's logger to the thread; an actor system waits for every
+    // such pin, so the scaler's could never go on another thread (as GradScaler does too).
+    caf::logger::set_current_actor_system(nullptr);
   }
   if (const int n = options_.optimizer_threads(); n > 0)
     scaler_->run_on_optimizer([n] {

@@ -1,8 +1,8 @@
 // AsyncOptimizer's step with the model on a GPU and the masters on the CPU (master_device): the
 // grads and the weights cross through HostOffload's pinned buffers, the step runs on the CPU.
-#include <ampactor/actors/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include "internal/host_offload.h"
 
 namespace ampactor {
