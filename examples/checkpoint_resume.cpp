@@ -8,6 +8,7 @@
 // on from the last complete checkpoint, and its final line equals that of a run never killed.
 #include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
+#include <ampactor/run/run.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <torch/torch.h>
 

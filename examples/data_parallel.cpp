@@ -4,7 +4,7 @@
 // or under torchrun, mpirun or srun (doc/guide/data-parallel.md). Every 20 steps one rank a host
 // saves the run; a restart finds the checkpoint and resumes from it.
 #include <ampactor/pipeline/async_optimizer.h>
-#include <ampactor/actors/checkpoint.h>
+#include <ampactor/run/run.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 

@@ -8,7 +8,7 @@
 // number of ranks, re-shard the save first:
 //   ampactor-ckpt reshard sharded_run.ckpt --world M run-M
 #include <ampactor/pipeline/async_optimizer.h>
-#include <ampactor/actors/checkpoint.h>
+#include <ampactor/run/run.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 #include <ampactor/optim/fused.h>
