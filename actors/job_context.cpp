@@ -100,7 +100,7 @@ bool JobContext::check_for_fused_(torch::optim::Optimizer& opt,
 bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
                                      const std::vector<at::Tensor>& model_grads,
                                      std::vector<at::Tensor> weights, at::Tensor found,
-                                     std::vector<std::pair<double, at::Tensor>> absmax) {
+                                     AbsmaxList absmax) {
   refuse_late_unscale(opt);
   const bool f = tracker_.record_fused_check_(opt, model_grads, std::move(weights),
                                               std::move(found), std::move(absmax));
@@ -111,8 +111,7 @@ bool JobContext::record_fused_check_(torch::optim::Optimizer& opt,
 }
 
 bool JobContext::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
-                                     bool local_found, bool found, GradSize size,
-                                     std::vector<std::pair<double, at::Tensor>> absmax,
+                                     bool local_found, bool found, GradSize size, AbsmaxList absmax,
                                      std::vector<std::int32_t> found_by) {
   refuse_late_unscale(opt);
   const bool f = tracker_.record_agreed_move_(opt, std::move(weights), local_found, found, size,

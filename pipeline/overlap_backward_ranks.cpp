@@ -24,7 +24,7 @@ void OverlapBackward::move_and_average(std::size_t b, const std::vector<at::Tens
   for (std::size_t i : buckets_[b])
     masters.push_back(grad_dest(i));
   at::Tensor f = at::zeros({}, at::kFloat);
-  std::vector<std::pair<double, at::Tensor>> absmax;
+  AbsmaxList absmax;
   // The scale's inverse as the scaler's grad move takes it: the reciprocal in double, as a float.
   move_measured(grads, masters, float(1.0 / double(job.scale())), f, absmax);
   OptimizerRecord local;

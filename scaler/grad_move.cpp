@@ -62,7 +62,7 @@ void plan_move(GradMove& m, const std::vector<at::Tensor>& model_grads,
 
 /// Runs the planned move and the adopted gradients' unscale into `f`, measuring both.
 void run_move(const GradMove& m, float inv_scale, c10::Device device, at::Tensor& f,
-              std::vector<std::pair<double, at::Tensor>>& absmax) {
+              AbsmaxList& absmax) {
   // The move first: if it refuses its input, no adopted gradient has been touched.
   if (measure_mixed(m.from, f, absmax)) {
     kernels::move_grads_and_unscale(m.from, m.to, inv_scale, f);
@@ -77,7 +77,7 @@ void run_move(const GradMove& m, float inv_scale, c10::Device device, at::Tensor
 
 void move_measured(const std::vector<at::Tensor>& model_grads,
                    const std::vector<at::Tensor>& masters, float inv_scale, at::Tensor& found,
-                   std::vector<std::pair<double, at::Tensor>>& absmax, bool adopt) {
+                   AbsmaxList& absmax, bool adopt) {
   if (model_grads.size() != masters.size())
     throw ScalerError(errc::invalid_gradients,
                       "move_and_unscale_: " + std::to_string(model_grads.size()) +
@@ -104,7 +104,7 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
                           " model gradients for " + std::to_string(masters.size()) + " masters");
   const c10::Device device = masters.empty() ? c10::Device(c10::kCPU) : masters[0].device();
   at::Tensor f = zero_on(device);
-  std::vector<std::pair<double, at::Tensor>> absmax;
+  AbsmaxList absmax;
   move_measured(model_grads, masters, inv_scale, f, absmax, adopt);
   OptimizerRecord& rec = records_[&opt];
   rec.found_inf_per_device = {{f.device(), f}};
@@ -133,8 +133,7 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
 
 bool StepTracker::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
                                       bool local_found, bool found, GradSize size,
-                                      std::vector<std::pair<double, at::Tensor>> absmax,
-                                      std::vector<std::int32_t> found_by) {
+                                      AbsmaxList absmax, std::vector<std::int32_t> found_by) {
   auto it = records_.find(&opt);
   check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
   OptimizerRecord& rec = records_[&opt];

@@ -17,14 +17,12 @@ at::Tensor zero_on(c10::Device device);
 /// the single call measures. Returns whether it measured.
 /// `attributed`: where each call's overflow attribution goes (kernels::Measures::nonfinite;
 /// Attributed::params are positions in `grads`), or null.
-bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                   std::vector<std::pair<double, at::Tensor>>& absmax,
+bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found, AbsmaxList& absmax,
                    std::vector<Attributed>* attributed = nullptr);
 /// unscale_and_check of `grads` into `found`, measuring them (absmax per dtype; `attributed` as
 /// above).
 void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at::Tensor& found,
-                      std::vector<std::pair<double, at::Tensor>>& absmax,
-                      std::vector<Attributed>* attributed = nullptr);
+                      AbsmaxList& absmax, std::vector<Attributed>* attributed = nullptr);
 /// The flags of one call over `n` gradients, their positions 0..n-1.
 Attributed whole_list(std::size_t n, c10::Device device);
 

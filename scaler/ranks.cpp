@@ -1,6 +1,7 @@
 // The values the ranks agree on: found_inf, the gradients' size and which ranks found inf or NaN.
 #include <ampactor/core/errors.h>
 #include <ampactor/scaler/ranks.h>
+#include <ampactor/scaler/step_tracker.h>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -95,6 +96,34 @@ void RankGroup::shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
   const auto* data = static_cast<const char*>(theirs.data_ptr());
   for (std::int64_t at = 0; at < theirs.numel(); at += piece)
     take(data + at, std::size_t(std::min(piece, theirs.numel() - at)));
+}
+
+// The step tracker's side of the ranks' agreement: its record's values out, the agreed ones in.
+
+GradSize StepTracker::local_values(OptimizerRecord& rec, std::vector<float>& v) const {
+  rec.local_found_inf = rec.any_found_inf();
+  const GradSize size = rec.grad_size();
+  if (ranks_) v = agreement_values(*ranks_, rec.local_found_inf, size.max);
+  return size;
+}
+
+void StepTracker::apply_agreed(OptimizerRecord& rec, const std::vector<float>& v,
+                               const GradSize& size) const {
+  for (auto& [device, t] : rec.found_inf_per_device)
+    t.fill_(v[0]);
+  rec.agreed = true;
+  rec.agreed_size = {double(v[1]), size.dtype_max};
+  rec.found_by = ranks_that_found(v);
+}
+
+void StepTracker::agree(OptimizerRecord& rec) const {
+  std::vector<float> v;
+  const GradSize size = local_values(rec, v);
+  if (!ranks_) return;
+  // One collective per unscale on every rank, even one without gradients, so that the ranks'
+  // calls stay paired.
+  ranks_->all_max(v.data(), int(v.size()));
+  apply_agreed(rec, v, size);
 }
 
 }  // namespace ampactor

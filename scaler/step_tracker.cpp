@@ -1,3 +1,6 @@
+// The step tracker: torch's stage machine per optimizer and its records (found_inf per device,
+// the sizes measured, the weights a fused step writes). Measuring: measure.cpp; the ranks'
+// agreement: ranks.cpp.
 #include <ampactor/core/errors.h>
 #include <ampactor/kernels/unscale.h>
 #include <ampactor/optim/fused.h>
@@ -20,7 +23,6 @@
 
 namespace ampactor {
 
-using detail::measure_mixed;
 using detail::unscale_measured;
 using detail::zero_on;
 
@@ -28,21 +30,6 @@ bool OptimizerRecord::any_found_inf() const {
   for (const auto& [device, t] : found_inf_per_device)
     if (t.item<float>() != 0.0f) return true;
   return false;
-}
-
-double dtype_max_of(c10::ScalarType t) {
-  switch (t) {
-    case at::kHalf:
-      return 65504.0;
-    case at::kBFloat16:
-      return double(std::numeric_limits<c10::BFloat16>::max());
-    case at::kFloat:
-      return double(std::numeric_limits<float>::max());
-    case at::kDouble:
-      return std::numeric_limits<double>::max();
-    default:
-      return 0;
-  }
 }
 
 GradSize OptimizerRecord::grad_size() const {
@@ -55,85 +42,6 @@ GradSize OptimizerRecord::grad_size() const {
   return best;
 }
 
-namespace detail {
-
-at::Tensor zero_on(c10::Device device) {
-  return at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-}
-
-/// Groups a list by dtype so that each gets its own grad_absmax: a size is only comparable with
-/// its own dtype's largest value.
-std::vector<std::pair<c10::ScalarType, std::vector<std::size_t>>> by_dtype(
-    const std::vector<at::Tensor>& ts) {
-  std::vector<std::pair<c10::ScalarType, std::vector<std::size_t>>> out;
-  for (std::size_t i = 0; i < ts.size(); ++i) {
-    auto it = std::find_if(out.begin(), out.end(),
-                           [&](const auto& e) { return e.first == ts[i].scalar_type(); });
-    if (it == out.end()) it = out.insert(out.end(), {ts[i].scalar_type(), {}});
-    it->second.push_back(i);
-  }
-  return out;
-}
-
-std::vector<at::Tensor> pick(const std::vector<at::Tensor>& ts, const std::vector<std::size_t>& i) {
-  std::vector<at::Tensor> out;
-  out.reserve(i.size());
-  for (std::size_t j : i)
-    out.push_back(ts[j]);
-  return out;
-}
-
-/// The flags of one kernel call over `n` gradients, and their positions 0..n-1 in its list.
-Attributed whole_list(std::size_t n, c10::Device device) {
-  Attributed a;
-  a.flags = at::zeros({std::int64_t(n)}, at::TensorOptions().dtype(at::kByte).device(device));
-  for (std::size_t i = 0; i < n; ++i)
-    a.params.push_back(i);
-  return a;
-}
-
-/// Measures a list that mixes dtypes: a read-only pass per dtype, before the one call that checks
-/// and writes the whole list (so a refusal still changes nothing). One dtype: nothing to do here,
-/// the single call measures. Returns whether it measured.
-
-bool measure_mixed(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                   std::vector<std::pair<double, at::Tensor>>& absmax,
-                   std::vector<Attributed>* attributed) {
-  const auto groups = by_dtype(grads);
-  if (groups.size() <= 1) return false;
-  for (const auto& [dtype, index] : groups) {
-    at::Tensor a = zero_on(found.device());
-    auto m = kernels::Measures().grad_absmax(a);
-    if (attributed) {  // this dtype's flags, at its gradients' positions in the list
-      attributed->push_back({whole_list(index.size(), found.device()).flags, index});
-      m.nonfinite(attributed->back().flags);
-    }
-    kernels::check_finite(pick(grads, index), found, m);
-    absmax.emplace_back(dtype_max_of(dtype), a);
-  }
-  return true;
-}
-
-/// unscale_and_check of `grads` into `found`, measuring them (absmax per dtype).
-void unscale_measured(const std::vector<at::Tensor>& grads, float inv_scale, at::Tensor& found,
-                      std::vector<std::pair<double, at::Tensor>>& absmax,
-                      std::vector<Attributed>* attributed) {
-  kernels::Measures m;
-  if (attributed) {  // the one call over the whole list names them
-    attributed->push_back(whole_list(grads.size(), found.device()));
-    m.nonfinite(attributed->back().flags);
-  }
-  if (measure_mixed(grads, found, absmax)) {
-    kernels::unscale_and_check(grads, inv_scale, found, m);
-  } else {
-    at::Tensor a = zero_on(found.device());
-    kernels::unscale_and_check(grads, inv_scale, found, m.grad_absmax(a));
-    if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
-  }
-}
-
-}  // namespace detail
-
 namespace {
 
 /// The found_inf a fused step takes: the sum over devices (its masters are all on the CPU).
@@ -144,20 +52,6 @@ at::Tensor found_on_cpu(const OptimizerRecord& rec) {
 }
 
 }  // namespace
-
-void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax,
-                    std::vector<Attributed>* attributed) {
-  if (measure_mixed(grads, found, absmax, attributed)) return;
-  at::Tensor a = zero_on(found.device());
-  auto m = kernels::Measures().grad_absmax(a);
-  if (attributed) {
-    attributed->push_back(detail::whole_list(grads.size(), found.device()));
-    m.nonfinite(attributed->back().flags);
-  }
-  kernels::check_finite(grads, found, m);
-  if (!grads.empty()) absmax.emplace_back(dtype_max_of(grads[0].scalar_type()), a);
-}
 
 namespace {
 /// `attributed`'s positions (into one device's list) as the optimizer's parameter indices.
@@ -211,14 +105,14 @@ bool StepTracker::check_for_fused_(torch::optim::Optimizer& opt, std::vector<at:
   for (const at::Tensor& g : grads)
     if (g.defined()) defined.push_back(g);
   at::Tensor f = zero_on(c10::Device(c10::kCPU));
-  std::vector<std::pair<double, at::Tensor>> absmax;
+  AbsmaxList absmax;
   check_measured(defined, f, absmax);  // refusals: invalid_gradients, nothing recorded
   return record_fused_check_(opt, std::move(grads), std::move(weights), f, std::move(absmax));
 }
 
 bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
                                       std::vector<at::Tensor> weights, at::Tensor f,
-                                      std::vector<std::pair<double, at::Tensor>> absmax) {
+                                      AbsmaxList absmax) {
   auto it = records_.find(&opt);
   check_can_unscale(it == records_.end() ? OptState::ready : it->second.stage);
   OptimizerRecord& rec = records_[&opt];
@@ -372,32 +266,6 @@ std::vector<std::int32_t> StepTracker::found_by(const torch::optim::Optimizer& o
 
 StepTracker::StepTracker(bool allow_fp16_grads, std::shared_ptr<RankGroup> ranks)
     : allow_fp16_grads_(allow_fp16_grads), ranks_(std::move(ranks)) {}
-
-GradSize StepTracker::local_values(OptimizerRecord& rec, std::vector<float>& v) const {
-  rec.local_found_inf = rec.any_found_inf();
-  const GradSize size = rec.grad_size();
-  if (ranks_) v = agreement_values(*ranks_, rec.local_found_inf, size.max);
-  return size;
-}
-
-void StepTracker::apply_agreed(OptimizerRecord& rec, const std::vector<float>& v,
-                               const GradSize& size) const {
-  for (auto& [device, t] : rec.found_inf_per_device)
-    t.fill_(v[0]);
-  rec.agreed = true;
-  rec.agreed_size = {double(v[1]), size.dtype_max};
-  rec.found_by = ranks_that_found(v);
-}
-
-void StepTracker::agree(OptimizerRecord& rec) const {
-  std::vector<float> v;
-  const GradSize size = local_values(rec, v);
-  if (!ranks_) return;
-  // One collective per unscale on every rank, even one without gradients, so that the ranks'
-  // calls stay paired.
-  ranks_->all_max(v.data(), int(v.size()));
-  apply_agreed(rec, v, size);
-}
 
 GradSize StepTracker::grad_size(const torch::optim::Optimizer& opt) const {
   auto it = records_.find(&opt);

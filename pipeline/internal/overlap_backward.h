@@ -6,6 +6,8 @@
 // trainer waits in backward(). Not installed.
 #pragma once
 
+#include <ampactor/scaler/step_tracker.h>
+
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
@@ -171,7 +173,7 @@ class OverlapBackward {
   std::int64_t k_ = -1;
   bool found_ = false;
   std::vector<bool> checked_;  // parameter i's gradient was checked by a bucket job
-  std::vector<std::pair<double, at::Tensor>> absmax_;
+  AbsmaxList absmax_;
   std::optional<double> clip_;
   std::vector<double> squares_;  // clip: parameter i's squared_norm, NaN where not measured
   // Ranks, for iteration k_.

@@ -72,13 +72,11 @@ class JobContext {
   /// check_for_fused_ with the check made already, in parts (StepTracker::record_fused_check_):
   /// the overlapped-backward pipeline's buckets, each checked as it became ready. Enabled only.
   bool record_fused_check_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                           std::vector<at::Tensor> weights, at::Tensor found,
-                           std::vector<std::pair<double, at::Tensor>> absmax);
+                           std::vector<at::Tensor> weights, at::Tensor found, AbsmaxList absmax);
   /// StepTracker::record_agreed_move_ for this job (the overlapped backward with ranks), reported
   /// as unscale_ is. Enabled only.
   bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
-                           bool local_found, bool found, GradSize size,
-                           std::vector<std::pair<double, at::Tensor>> absmax,
+                           bool local_found, bool found, GradSize size, AbsmaxList absmax,
                            std::vector<std::int32_t> found_by = {});
   /// Clipping by the global 2-norm after this job's unscale or check and before the step
   /// (StepTracker::clip_grad_norm_, with this job's scale). With the scaler disabled, the

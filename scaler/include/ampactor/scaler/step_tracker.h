@@ -33,6 +33,11 @@ struct GradSize {
 /// The largest finite value of a gradient dtype (fp16, bf16, fp32, fp64); 0 for any other.
 double dtype_max_of(c10::ScalarType t);
 
+/// Gradient sizes as measured, one entry per dtype (and device): (that dtype's largest finite
+/// value, the kernels' grad_absmax, a 0-dim tensor). A size is comparable with its own dtype's
+/// largest value only.
+using AbsmaxList = std::vector<std::pair<double, at::Tensor>>;
+
 /// check_finite of `grads` (one device) into `found`, measuring them: one grad_absmax per dtype
 /// is appended to `absmax` as (that dtype's largest finite value, the max), a size being
 /// comparable with its own dtype's largest value only.
@@ -45,8 +50,7 @@ struct Attributed {
 
 /// `attributed`: where each call's overflow attribution goes (Attributed::params are positions
 /// in `grads`), or null.
-void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
-                    std::vector<std::pair<double, at::Tensor>>& absmax,
+void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found, AbsmaxList& absmax,
                     std::vector<Attributed>* attributed = nullptr);
 
 /// The pipeline's grad move for a list of masters: model_grads[i] (any float dtype; undefined =
@@ -55,7 +59,7 @@ void check_measured(const std::vector<at::Tensor>& grads, at::Tensor& found,
 /// StepTracker::move_and_unscale_. Nothing is installed unless every check passes.
 void move_measured(const std::vector<at::Tensor>& model_grads,
                    const std::vector<at::Tensor>& masters, float inv_scale, at::Tensor& found,
-                   std::vector<std::pair<double, at::Tensor>>& absmax, bool adopt = false);
+                   AbsmaxList& absmax, bool adopt = false);
 
 /// Per-optimizer record between two update() calls.
 struct OptimizerRecord {
@@ -63,7 +67,7 @@ struct OptimizerRecord {
   /// One 1-element float tensor per device that had gradients (set by unscale_).
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
   /// The kernels' grad_absmax per dtype and device: (that dtype's largest finite value, tensor).
-  std::vector<std::pair<double, at::Tensor>> absmax;
+  AbsmaxList absmax;
   /// Which gradients held inf or NaN, per device (empty where the path does not attribute).
   std::vector<Attributed> nonfinite;
   /// The optimizer's gradients are still at the scale (checked for a fused step, not unscaled).
@@ -92,7 +96,7 @@ struct OptimizerRecord {
 /// unscale_'s results, before they become a record.
 struct Unscaled {
   std::vector<std::pair<c10::Device, at::Tensor>> found_inf_per_device;
-  std::vector<std::pair<double, at::Tensor>> absmax;
+  AbsmaxList absmax;
   std::vector<Attributed> nonfinite;
 };
 
@@ -135,8 +139,7 @@ class StepTracker {
   /// checks each bucket as it becomes ready): `found` (a 1-element fp32 CPU tensor, nonzero for
   /// inf/NaN) and `absmax` are what the check of `grads` gave. Same stage rules and record.
   bool record_fused_check_(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
-                           std::vector<at::Tensor> weights, at::Tensor found,
-                           std::vector<std::pair<double, at::Tensor>> absmax);
+                           std::vector<at::Tensor> weights, at::Tensor found, AbsmaxList absmax);
   /// Clipping by the global 2-norm (scaler/clip.h), after this iteration's unscale or check of
   /// `opt` and before its step: the gradients are multiplied by clip_grad_norm_'s coefficient
   /// when the total exceeds max_norm (a fused check's by its step, with the inverse scale).
@@ -151,8 +154,7 @@ class StepTracker {
   /// ones (no collective here), found_by the ranks that found it. The step reads the masters'
   /// grads and writes `weights`. Same stage rules as unscale_. Returns found.
   bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
-                           bool local_found, bool found, GradSize size,
-                           std::vector<std::pair<double, at::Tensor>> absmax,
+                           bool local_found, bool found, GradSize size, AbsmaxList absmax,
                            std::vector<std::int32_t> found_by = {});
   /// Whether `opt`'s fused step in this iteration wrote the weights recorded with its check.
   bool wrote_weights(const torch::optim::Optimizer& opt) const;
