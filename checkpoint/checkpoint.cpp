@@ -1,4 +1,5 @@
-// The one file of the scaler library that includes LibTorch's serialization headers.
+// Checkpoint files: atomic writes, checked loading (the zip and pickle screens first), the state
+// dicts of LocalGradScaler and of PyTorch's files, and the archive operators of LocalGradScaler.
 #include <ampactor/checkpoint/checkpoint.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 

@@ -14,13 +14,13 @@ namespace ampactor::kernels {
 namespace {
 
 using cpu::ElemType;
-using cpu::Job;
 using cpu::kMaxDims;
 using cpu::Layout;
 using cpu::make_layout;
 using cpu::non_overlapping;
 using cpu::Op;
 using cpu::run_cpu;
+using cpu::TensorWork;
 
 [[noreturn]] void fail(const char* op, const std::string& what) {
   throw ScalerError(errc::invalid_gradients, std::string("ampactor::") + op + ": " + what);
@@ -160,7 +160,7 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
   // Check-only when the multiply is the identity: one read, no write. A device inv_scale is read
   // by the kernel, not here, so the gradients must then be writable.
   const bool write = (on_cuda && inv_tensor) || inv != 1.0f;
-  std::vector<Job> jobs;
+  std::vector<TensorWork> jobs;
   jobs.reserve(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const Name name{"grads", i};
@@ -188,7 +188,7 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
   if (model_grads.size() != master_grads.size())
     fail(op, "got " + std::to_string(model_grads.size()) + " model grads but " +
                  std::to_string(master_grads.size()) + " master grads");
-  std::vector<Job> jobs;
+  std::vector<TensorWork> jobs;
   jobs.reserve(model_grads.size());
   for (std::size_t i = 0; i < model_grads.size(); ++i) {
     const Name model_name{"model_grads", i};

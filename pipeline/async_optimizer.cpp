@@ -3,6 +3,7 @@
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/pipeline/async_optimizer.h>
+#include "actors/internal/pipeline_job.h"
 #include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
 #include "internal/shard_state.h"
@@ -254,11 +255,11 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
     run_step([&] {
       JobContext* job = JobContext::current();
       if (fused)
-        job->check_for_fused_(opt, grads, masters_, model_);
+        internal::PipelineJob(*job).check_for_fused_(opt, grads, masters_, model_);
       else
-        job->move_and_unscale_(opt, grads, masters_);
+        internal::PipelineJob(*job).move_and_unscale_(opt, grads, masters_);
       if (fn) fn();
-      if (!fused || !job->wrote_weights(opt)) copy_to_model();
+      if (!fused || !internal::PipelineJob(*job).wrote_weights(opt)) copy_to_model();
     });
     return;
   }
@@ -275,7 +276,7 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
       swap_in();
     else
       copy_to_model();
-    JobContext::current()->move_and_unscale_(opt, grads, masters_);
+    internal::PipelineJob(*JobContext::current()).move_and_unscale_(opt, grads, masters_);
   });
   if (!options_.swap_weights()) {
     if (fn) scaler().submit(std::move(fn), SubmitOptions().unscales(UnscalePermit::none()));
@@ -361,16 +362,16 @@ void AsyncOptimizer::step_deferred(torch::optim::Optimizer& opt, std::vector<at:
         const bool fused = fuses(opt);
         try {
           if (fused)  // the fused step writes the spare itself (nobody reads it before the word)
-            job->check_for_fused_(opt, grads, masters_,
-                                  notice ? spare_ : std::vector<at::Tensor>{});
+            internal::PipelineJob(*job).check_for_fused_(
+                opt, grads, masters_, notice ? spare_ : std::vector<at::Tensor>{});
           else
-            job->move_and_unscale_(opt, grads, masters_, /*adopt=*/true);
+            internal::PipelineJob(*job).move_and_unscale_(opt, grads, masters_, /*adopt=*/true);
           if (fn) fn();
         } catch (...) {
           if (notice) copy_to_spare(), notice->send(true);
           throw;
         }
-        if (notice && !(fused && job->wrote_weights(opt))) copy_to_spare();
+        if (notice && !(fused && internal::PipelineJob(*job).wrote_weights(opt))) copy_to_spare();
         if (notice) notice->send(true);
       },
       SubmitOptions().unscales(UnscalePermit::exactly(1)));

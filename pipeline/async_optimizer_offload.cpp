@@ -3,6 +3,7 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/pipeline/async_optimizer.h>
+#include "actors/internal/pipeline_job.h"
 #include "internal/host_offload.h"
 
 namespace ampactor {
@@ -24,15 +25,16 @@ void AsyncOptimizer::step_offload(torch::optim::Optimizer& opt, std::function<vo
       const bool fused = fuses(opt);
       try {
         if (fused)
-          ctx->check_for_fused_(opt, grads, masters_, offload_->weights_to_write());
+          internal::PipelineJob(*ctx).check_for_fused_(opt, grads, masters_,
+                                                       offload_->weights_to_write());
         else
-          ctx->move_and_unscale_(opt, grads, masters_);
+          internal::PipelineJob(*ctx).move_and_unscale_(opt, grads, masters_);
         if (fn) fn();
       } catch (...) {
         offload_->stage_weights(masters_);
         throw;
       }
-      if (fused && ctx->wrote_weights(opt))
+      if (fused && internal::PipelineJob(*ctx).wrote_weights(opt))
         offload_->weights_written();
       else
         offload_->stage_weights(masters_);

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "actors/internal/pipeline_job.h"
 #include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
 
@@ -132,9 +133,9 @@ void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<vo
     fn = clipping(opt, std::move(fn));
     run_step([&] {
       JobContext* job = JobContext::current();
-      job->check_for_fused_(opt, grads, masters_, model_);
+      internal::PipelineJob(*job).check_for_fused_(opt, grads, masters_, model_);
       if (fn) fn();
-      if (!job->wrote_weights(opt)) copy_to_model();
+      if (!internal::PipelineJob(*job).wrote_weights(opt)) copy_to_model();
     });
     return;
   }

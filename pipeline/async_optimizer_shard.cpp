@@ -7,6 +7,7 @@
 #include <ampactor/optim/fused.h>
 #include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/clip.h>
+#include "actors/internal/pipeline_job.h"
 #include "internal/host_offload.h"
 #include "internal/shard_state.h"
 
@@ -248,9 +249,10 @@ std::function<void()> AsyncOptimizer::sharded_offload_job(torch::optim::Optimize
     try {
       std::vector<at::Tensor> holders = shard_->holders();
       shard_->prepare_grads();
-      job->move_and_unscale_(opt, grads, holders, false, shard_->reducer());
+      internal::PipelineJob(*job).move_and_unscale_(opt, grads, holders, false, shard_->reducer());
       shard_->attach_grads();
-      if (optim::fused_step_of(opt)) job->write_weights_in_step(opt, shard_->step_weights(false));
+      if (optim::fused_step_of(opt))
+        internal::PipelineJob(*job).write_weights_in_step(opt, shard_->step_weights(false));
       if (stepping) stepping();
     } catch (...) {
       try {  // the masters' weights all the same, as the unsharded offload stages them
@@ -259,7 +261,7 @@ std::function<void()> AsyncOptimizer::sharded_offload_job(torch::optim::Optimize
       }
       throw;
     }
-    stage_sharded_weights(job->wrote_weights(opt));
+    stage_sharded_weights(internal::PipelineJob(*job).wrote_weights(opt));
   };
 }
 
@@ -285,12 +287,15 @@ void AsyncOptimizer::step_sharded(torch::optim::Optimizer& opt, std::function<vo
     std::vector<at::Tensor> holders = shard_->holders();
     JobContext* job = JobContext::current();
     shard_->prepare_grads();
-    job->move_and_unscale_(opt, g, holders, adopt, shard_->reducer());
+    internal::PipelineJob(*job).move_and_unscale_(opt, g, holders, adopt, shard_->reducer());
     shard_->attach_grads();
     if (into != Into::none)
-      job->write_weights_in_step(opt, shard_->step_weights(into == Into::spare));
+      internal::PipelineJob(*job).write_weights_in_step(opt,
+                                                        shard_->step_weights(into == Into::spare));
   };
-  auto written = [&opt] { return JobContext::current()->wrote_weights(opt); };
+  auto written = [&opt] {
+    return internal::PipelineJob(*JobContext::current()).wrote_weights(opt);
+  };
   // clip_grad_norm_ over the ranks' mean gradient (each rank measures its shard), applied to it.
   auto stepping = [this, &opt, max = options_.clip_grad_norm(), fn = std::move(fn)] {
     if (max) {

@@ -1,4 +1,5 @@
 #include "internal/overlap_backward.h"
+#include "actors/internal/pipeline_job.h"
 
 #include "internal/host_offload.h"
 #include "internal/shard_state.h"
@@ -297,8 +298,8 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
     at::Tensor f = at::zeros({}, at::kFloat);
     check_measured(rest, f, absmax_);
     const bool found = found_ || f.item<float>() != 0;
-    job->record_fused_check_(opt, grads, weights_out(),
-                             at::full({}, found ? 1.0f : 0.0f, at::kFloat), absmax_);
+    internal::PipelineJob(*job).record_fused_check_(
+        opt, grads, weights_out(), at::full({}, found ? 1.0f : 0.0f, at::kFloat), absmax_);
     if (clip_ && !found) {  // in parameter order, whatever order the buckets came in
       std::vector<double> squares;
       for (std::size_t i = 0; i < grads.size(); ++i)
@@ -312,7 +313,7 @@ double OverlapBackward::finish(torch::optim::Optimizer& opt, const std::vector<a
     // fn threw after its step: the masters and the state have the step, so the model gets its
     // weights too, as at staleness 0 (the sharded spare's exchange is a collective the other
     // ranks may not make: there the rank's failure stops them all).
-    if (!shard_ && job->wrote_weights(opt)) try {
+    if (!shard_ && internal::PipelineJob(*job).wrote_weights(opt)) try {
         commit(opt, *job, norm);
       } catch (...) {
       }
@@ -328,10 +329,11 @@ double OverlapBackward::commit(torch::optim::Optimizer& opt, JobContext& job, do
   k_ = -1;
   if (shard_) {
     // Every rank agreed on the skip, so every rank exchanges or none does.
-    if (job.wrote_weights(opt)) shard_->exchange_spare(), shard_->swap(model_);
+    if (internal::PipelineJob(job).wrote_weights(opt))
+      shard_->exchange_spare(), shard_->swap(model_);
   } else if (!offload_) {
-    if (job.wrote_weights(opt)) swap_weights();
-  } else if (job.wrote_weights(opt)) {
+    if (internal::PipelineJob(job).wrote_weights(opt)) swap_weights();
+  } else if (internal::PipelineJob(job).wrote_weights(opt)) {
     // A master whose speculative step was taken changed storage (a swap): its weights are those
     // staged on the device. step() hands every weight to the model on the copy-in stream.
     std::vector<bool> early(model_.size(), false);

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "actors/internal/pipeline_job.h"
 #include "internal/overlap_backward.h"
 #include "internal/shard_state.h"
 
@@ -65,8 +66,9 @@ double OverlapBackward::finish_ranks(torch::optim::Optimizer& opt,
   }
   std::sort(found_by_.begin(), found_by_.end());  // each bucket named its ranks: once each
   found_by_.erase(std::unique(found_by_.begin(), found_by_.end()), found_by_.end());
-  job.record_agreed_move_(opt, weights_out(), local_found_, found_,
-                          GradSize{agreed_max_, dtype_max_}, absmax_, found_by_);
+  internal::PipelineJob(job).record_agreed_move_(opt, weights_out(), local_found_, found_,
+                                                 GradSize{agreed_max_, dtype_max_}, absmax_,
+                                                 found_by_);
   if (shard_) shard_->attach_grads();  // the step reads its pieces of the mean
   if (!clip_ || found_) return std::numeric_limits<double>::quiet_NaN();
   if (shard_) return shard_->clip(*clip_);  // each rank measures its pieces of the mean

@@ -47,7 +47,7 @@ std::size_t elem_size(ElemType t) {
   return t == ElemType::f64 ? 8 : t == ElemType::f32 ? 4 : 2;
 }
 
-std::vector<Task> make_tasks(const std::vector<Job>& jobs, std::int64_t* total) {
+std::vector<Task> make_tasks(const std::vector<TensorWork>& jobs, std::int64_t* total) {
   std::vector<Task> tasks;
   *total = 0;
   for (std::uint32_t j = 0; j < jobs.size(); ++j) {
@@ -67,7 +67,7 @@ std::vector<Task> make_tasks(const std::vector<Job>& jobs, std::int64_t* total) 
 }
 
 /// `absmax`: null for the plain loops, else the task's running max for the *_max loops.
-bool run_task(Op op, const Job& job, const Task& task, float inv, const LoopTable& lt,
+bool run_task(Op op, const TensorWork& job, const Task& task, float inv, const LoopTable& lt,
               float* absmax) {
   const Layout& l = job.layout;
   const std::size_t ea = elem_size(job.a.type);
@@ -124,7 +124,7 @@ std::uint8_t held(ElemType t, const char* p) {
 }
 
 /// What a task's chunk of operand a holds (read again: only chunks that found a non-finite).
-std::uint8_t classify(const Job& job, const Task& task) {
+std::uint8_t classify(const TensorWork& job, const Task& task) {
   const Layout& l = job.layout;
   const std::size_t ea = elem_size(job.a.type);
   std::uint8_t out = 0;
@@ -140,7 +140,8 @@ std::uint8_t classify(const Job& job, const Task& task) {
 /// Runs every job; returns whether any element was inf or NaN. With `absmax`, raises it to the
 /// largest finite |element| read (threads keep their own max and merge once at the end). With
 /// `flags`, the attribution of each job (run_cpu).
-bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax, std::uint8_t* flags) {
+bool run(Op op, const std::vector<TensorWork>& jobs, float inv, float* absmax,
+         std::uint8_t* flags) {
   std::int64_t total = 0;
   const std::vector<Task> tasks = make_tasks(jobs, &total);
   const LoopTable& lt = loops();
@@ -182,7 +183,7 @@ bool run(Op op, const std::vector<Job>& jobs, float inv, float* absmax, std::uin
 }  // namespace
 
 /// Runs the loops, raising the host tensor `absmax` (when given) through a local float.
-bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax,
+bool run_cpu(Op op, const std::vector<TensorWork>& jobs, float inv, at::Tensor* absmax,
              std::uint8_t* flags) {
   if (!absmax) return run(op, jobs, inv, nullptr, flags);
   float mx = absmax->data_ptr<float>()[0];

@@ -22,7 +22,8 @@ struct Operand {
   ElemType type;
 };
 
-struct Job {
+/// One tensor's part of a kernel call (a gradient, or a move's pair). A step job is JobContext.
+struct TensorWork {
   Layout layout;
   Operand a;  // the gradient (or the model grad for a move)
   Operand b;  // the master grad for a move
@@ -32,7 +33,7 @@ struct Job {
 /// `absmax`, a host Float tensor, raises it to the largest finite |element| read. With `flags`
 /// (one byte per job), ORs kHeldInf / kHeldNaN (unscale.h) into the byte of each job that held
 /// one: the chunks that found one are read again to tell which.
-bool run_cpu(Op op, const std::vector<Job>& jobs, float inv, at::Tensor* absmax,
+bool run_cpu(Op op, const std::vector<TensorWork>& jobs, float inv, at::Tensor* absmax,
              std::uint8_t* flags = nullptr);
 
 }  // namespace ampactor::kernels::cpu

@@ -37,6 +37,10 @@ using optimizer_actor = caf::typed_actor<caf::replies_to<StepJob>::with<JobDone>
 /// The identity an optimizer has in messages.
 optimizer_id optimizer_id_of(const torch::optim::Optimizer& opt);
 
+namespace internal {
+class PipelineJob;
+}  // namespace internal
+
 /// The job running on this thread. Every call acts for the job's iteration with the job's scale.
 class JobContext {
  public:
@@ -57,39 +61,12 @@ class JobContext {
   /// Disabled: opt.step(closure). Enabled with a closure: torch's error.
   StepOutcome step(torch::optim::Optimizer& opt,
                    const std::function<at::Tensor()>& closure = nullptr);
-  /// The pipeline's unscale: model grads moved into the masters' grads (fp32), unscaled with
-  /// this job's scale and checked in one pass; recorded and reported as unscale_ is. adopt and
-  /// reduce: see StepTracker::move_and_unscale_.
-  bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                         std::vector<at::Tensor>& masters, bool adopt = false,
-                         const GradReduce& reduce = {});
-  /// The pipeline's check for a fused optimizer (ampactor::optim): model grads read once for
-  /// inf/NaN and reported as unscale_ is; the step then reads them and writes `weights` (see
-  /// StepTracker::check_for_fused_). With the scaler disabled the grads are moved into the
-  /// masters' grads instead, and the step is a plain one.
-  bool check_for_fused_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                        std::vector<at::Tensor>& masters, std::vector<at::Tensor> weights);
-  /// check_for_fused_ with the check made already, in parts (StepTracker::record_fused_check_):
-  /// the overlapped-backward pipeline's buckets, each checked as it became ready. Enabled only.
-  bool record_fused_check_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
-                           std::vector<at::Tensor> weights, at::Tensor found, AbsmaxList absmax);
-  /// StepTracker::record_agreed_move_ for this job (the overlapped backward with ranks), reported
-  /// as unscale_ is. Enabled only.
-  bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
-                           bool local_found, bool found, GradSize size, AbsmaxList absmax,
-                           std::vector<std::int32_t> found_by = {});
   /// Clipping by the global 2-norm after this job's unscale or check and before the step
   /// (StepTracker::clip_grad_norm_, with this job's scale). With the scaler disabled, the
   /// masters' grads are clipped as torch's clip_grad_norm_ would. Returns the total norm (NaN
   /// when the step is skipped).
   double clip_grad_norm_(torch::optim::Optimizer& opt, double max_norm,
                          const std::vector<double>* squares = nullptr);
-  /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_ (or to
-  /// write_weights_in_step).
-  bool wrote_weights(const torch::optim::Optimizer& opt) const;
-  /// StepTracker::write_weights_in_step after this job's move_and_unscale_; nothing with the
-  /// scaler disabled (the step is a plain one).
-  void write_weights_in_step(const torch::optim::Optimizer& opt, std::vector<at::Tensor> weights);
   OptState stage(const torch::optim::Optimizer& opt) const;
   std::optional<bool> found_inf(const torch::optim::Optimizer& opt) const;
   /// UnscaleDone messages sent by this job so far.
@@ -113,6 +90,36 @@ class JobContext {
   virtual void found_overflow(const torch::optim::Optimizer& opt) { (void)opt; }
 
  private:
+  // The pipeline's calls (ampactor::pipeline, through internal::PipelineJob): none is a user's.
+  friend class internal::PipelineJob;
+  /// The pipeline's unscale: model grads moved into the masters' grads (fp32), unscaled with
+  /// this job's scale and checked in one pass; recorded and reported as unscale_ is. adopt and
+  /// reduce: see StepTracker::move_and_unscale_.
+  bool move_and_unscale_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                         std::vector<at::Tensor>& masters, bool adopt = false,
+                         const GradReduce& reduce = {});
+  /// The pipeline's check for a fused optimizer (ampactor::optim): model grads read once for
+  /// inf/NaN and reported as unscale_ is; the step then reads them and writes `weights` (see
+  /// StepTracker::check_for_fused_). With the scaler disabled the grads are moved into the
+  /// masters' grads instead, and the step is a plain one.
+  bool check_for_fused_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                        std::vector<at::Tensor>& masters, std::vector<at::Tensor> weights);
+  /// check_for_fused_ with the check made already, in parts (StepTracker::record_fused_check_):
+  /// the overlapped-backward pipeline's buckets, each checked as it became ready. Enabled only.
+  bool record_fused_check_(torch::optim::Optimizer& opt, const std::vector<at::Tensor>& model_grads,
+                           std::vector<at::Tensor> weights, at::Tensor found, AbsmaxList absmax);
+  /// StepTracker::record_agreed_move_ for this job (the overlapped backward with ranks), reported
+  /// as unscale_ is. Enabled only.
+  bool record_agreed_move_(torch::optim::Optimizer& opt, std::vector<at::Tensor> weights,
+                           bool local_found, bool found, GradSize size, AbsmaxList absmax,
+                           std::vector<std::int32_t> found_by = {});
+  /// Whether `opt`'s fused step wrote the weights handed to check_for_fused_ (or to
+  /// write_weights_in_step).
+  bool wrote_weights(const torch::optim::Optimizer& opt) const;
+  /// StepTracker::write_weights_in_step after this job's move_and_unscale_; nothing with the
+  /// scaler disabled (the step is a plain one).
+  void write_weights_in_step(const torch::optim::Optimizer& opt, std::vector<at::Tensor> weights);
+
   void refuse_late_unscale(const torch::optim::Optimizer& opt) const;
   /// found_overflow (when found), then report_unscale.
   void report(const torch::optim::Optimizer& opt, bool found, bool local_found);
