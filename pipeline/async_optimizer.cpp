@@ -6,6 +6,7 @@
 #include "actors/internal/pipeline_job.h"
 #include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
+#include "internal/plan.h"
 #include "internal/shard_state.h"
 
 #include <caf/atom.hpp>
@@ -50,93 +51,47 @@ AsyncOptimizerOptions& AsyncOptimizerOptions::optimizer_threads(int v) {
   return *this;
 }
 
+namespace {
+
+/// The optimizer thread's OpenMP team size. LibTorch sets each thread's size lazily from a
+/// process-wide value on first use: trigger that first, then set this thread's alone
+/// (at::set_num_threads would change the process-wide value too, and with it any thread that has
+/// not yet used LibTorch).
+void set_team_size(GradScaler& scaler, int n) {
+  scaler.run_on_optimizer([n] {
+    at::get_num_threads();
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+  });
+}
+
+}  // namespace
+
 AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler& scaler,
                                AsyncOptimizerOptions options)
     : model_(std::move(model_params)),
       scaler_(&scaler),
       options_(options),
       deferring_(options.defer_grad_move()) {
-  if (options_.swap_weights() && options_.staleness() != 1)
-    throw ScalerError(errc::bad_option, "AsyncOptimizer: swap_weights needs staleness 1");
-  if (options_.defer_grad_move() && options_.staleness() != 1)
-    throw ScalerError(errc::bad_option, "AsyncOptimizer: defer_grad_move needs staleness 1");
-  if (options_.overlap_backward())
-    if (const std::string why = internal::overlap_refusal(options_, scaler, model_); !why.empty())
-      throw ScalerError(errc::bad_option, "AsyncOptimizer: " + why);
+  // Every refusal first (internal/plan.h), then what the plan needs is built.
+  const internal::PipelinePlan plan = internal::plan_pipeline(options_, scaler, model_);
   at::AutoGradMode no_grad(false);
-  for (std::size_t i = 0; i < model_.size(); ++i) {
-    const at::Tensor& p = model_[i];
-    if (!p.defined() || !at::isFloatingType(p.scalar_type()))
-      throw ScalerError(errc::bad_parameters, "AsyncOptimizer: model parameter " +
-                                                  std::to_string(i) +
-                                                  " is not a floating-point tensor");
-  }
-  if (const auto& md = options_.master_device();
-      md && !model_.empty() && *md != model_[0].device()) {
-    if (!md->is_cpu())
-      throw ScalerError(errc::bad_option, "AsyncOptimizer: master_device " + md->str() +
-                                              " is neither the model's device (" +
-                                              model_[0].device().str() + ") nor the CPU");
-    if (options_.swap_weights() || options_.defer_grad_move())
-      throw ScalerError(
-          errc::bad_option,
-          "AsyncOptimizer: with the masters on the CPU the grads always move in fn's job and the "
-          "weights through pinned buffers; swap_weights and defer_grad_move do not apply");
+  if (plan.masters == internal::PipelinePlan::Masters::host_offload)
     offload_ = std::make_unique<internal::HostOffload>(model_);
-  }
-  const at::Device master_device =
-      options_.master_device().value_or(model_.empty() ? at::Device(at::kCPU) : model_[0].device());
   // Every rank's pipeline must shard alike, or their collectives would not pair up.
   if (const auto& ranks = scaler.options().ranks())
     ranks->require_same("pipeline options", std::string("shard_optimizer_state=") +
                                                 (options_.shard_optimizer_state() ? "on" : "off"));
-  if (options_.shard_optimizer_state()) {
-    if (!scaler.options().ranks())
-      throw ScalerError(errc::bad_option,
-                        "AsyncOptimizer: shard_optimizer_state needs data-parallel ranks "
-                        "(GradScalerOptions::ranks)");
-    // The model on a GPU: the shard's flat buffer holds the pinned host weights the offload
-    // copies to it, filled from the model once here.
-    std::vector<at::Tensor>* weights = &model_;
-    if (offload_) {
-      weights = &offload_->host_weights();
-      for (std::size_t i = 0; i < model_.size(); ++i)
-        (*weights)[i].copy_(model_[i].detach());
-    }
-    shard_ = std::make_unique<internal::ShardedState>(
-        *weights, scaler.options().ranks(), options_.optim_dtype(),
-        /*spare=*/options_.swap_weights() || options_.overlap_backward(),
-        /*pinned=*/offload_ != nullptr);
-    masters_ = shard_->masters();
-    for (const at::Tensor& m : masters_)
-      master_impls_.insert(m.unsafeGetTensorImpl());
-  }
-  for (std::size_t i = 0; i < model_.size() && !shard_; ++i) {
-    const at::Tensor& p = model_[i];
-    masters_.push_back(p.detach()
-                           .to(master_device, options_.optim_dtype(), /*non_blocking=*/false,
-                               /*copy=*/true)
-                           .set_requires_grad(true));
-    master_impls_.insert(masters_.back().unsafeGetTensorImpl());
-    if (options_.swap_weights()) spare_.push_back(p.detach().clone());
-  }
+  make_masters(plan.sharded, plan.master_device);
   if (options_.swap_weights()) {  // the deferred steps' mailbox (defer_grad_move, fused steps)
     waiter_ = std::make_unique<caf::scoped_actor>(scaler_->system());
     // CAF 0.17 pins the last system's logger to the thread; an actor system waits for every
     // such pin, so the scaler's could never go on another thread (as GradScaler does too).
     caf::logger::set_current_actor_system(nullptr);
   }
-  if (const int n = options_.optimizer_threads(); n > 0)
-    scaler_->run_on_optimizer([n] {
-      // LibTorch sets each thread's team size lazily from a process-wide value on first use;
-      // trigger that first, then set this thread's alone (at::set_num_threads would change the
-      // process-wide value too, and with it any thread that has not yet used LibTorch).
-      at::get_num_threads();
-#ifdef _OPENMP
-      omp_set_num_threads(n);
-#endif
-    });
-  if (options_.overlap_backward())
+  if (const int n = options_.optimizer_threads(); n > 0) set_team_size(*scaler_, n);
+  if (plan.wait == internal::PipelinePlan::Wait::overlapped)
     overlap_ = std::make_unique<internal::OverlapBackward>(
         scaler, model_, internal::buckets_for(options_, model_), options_.ready_by_hooks(),
         options_.clip_grad_norm(), offload_.get(), shard_.get());
@@ -153,6 +108,35 @@ AsyncOptimizer::AsyncOptimizer(std::vector<at::Tensor> model_params, GradScaler&
     waiter_.reset();
     scaler_ = nullptr;
   });
+}
+
+void AsyncOptimizer::make_masters(bool sharded, at::Device master_device) {
+  if (sharded) {
+    // The model on a GPU: the shard's flat buffer holds the pinned host weights the offload
+    // copies to it, filled from the model once here.
+    std::vector<at::Tensor>* weights = &model_;
+    if (offload_) {
+      weights = &offload_->host_weights();
+      for (std::size_t i = 0; i < model_.size(); ++i)
+        (*weights)[i].copy_(model_[i].detach());
+    }
+    shard_ = std::make_unique<internal::ShardedState>(
+        *weights, scaler_->options().ranks(), options_.optim_dtype(),
+        /*spare=*/options_.swap_weights() || options_.overlap_backward(),
+        /*pinned=*/offload_ != nullptr);
+    masters_ = shard_->masters();
+    for (const at::Tensor& m : masters_)
+      master_impls_.insert(m.unsafeGetTensorImpl());
+  }
+  for (std::size_t i = 0; i < model_.size() && !shard_; ++i) {
+    const at::Tensor& p = model_[i];
+    masters_.push_back(p.detach()
+                           .to(master_device, options_.optim_dtype(), /*non_blocking=*/false,
+                               /*copy=*/true)
+                           .set_requires_grad(true));
+    master_impls_.insert(masters_.back().unsafeGetTensorImpl());
+    if (options_.swap_weights()) spare_.push_back(p.detach().clone());
+  }
 }
 
 AsyncOptimizer::~AsyncOptimizer() {

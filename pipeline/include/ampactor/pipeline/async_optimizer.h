@@ -282,6 +282,9 @@ class AsyncOptimizer {
                                             std::function<void()> stepping);
   /// step() with shard_optimizer_state.
   void step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn);
+  /// The masters in their place (the shard's with shard_optimizer_state), each an fp32 (or
+  /// optim_dtype) copy of its parameter, and the spare weights with swap_weights.
+  void make_masters(bool sharded, at::Device master_device);
   /// step() with overlap_backward.
   void step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn);
   /// step_overlap with the model on a GPU and the masters on the CPU.
