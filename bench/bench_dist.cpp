@@ -8,9 +8,9 @@
 //  3. the data-parallel pipeline: what the trainer waits for per iteration (in step() and in
 //     scale()) at staleness 0 and at staleness 1 with defer + swap, beside what the gradient
 //     average itself takes on the optimizer thread.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/cat.h>

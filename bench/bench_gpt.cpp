@@ -7,9 +7,9 @@
 //   offload-overlap  offload with overlap_backward: each bucket stepped on the CPU as backward
 //                  finishes its grads, committed at step() (exact: offload's trajectory)
 // Each mode writes OUT/MODE.csv (iteration, loss, scale, skipped) and a line of OUT/summary.csv.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>

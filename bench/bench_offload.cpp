@@ -9,9 +9,9 @@
 // staleness 1 pays most (ideal ratio 0.5); overlap_backward hides the step behind the last
 // micro-batch's backward only, so it pays where that backward is longer than the step (--micro 1
 // and a large --batch).
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>

@@ -2,9 +2,9 @@
 // 0 with GradScaler on an fp16 model: the trainer's time per step with LibTorch's Adam and with
 // FusedAdam, the optimizer side on 1 and on 2 threads, all side by side (each repetition runs
 // every configuration in turn).
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
 #include <ATen/Parallel.h>

@@ -1,7 +1,7 @@
 // What the parts of ampactor-bench-overlap share: the workloads, the modes and the timings.
 #pragma once
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 
 #include <ATen/Parallel.h>

@@ -14,9 +14,9 @@
 //   overlap-clip     overlap, clipped every step: every bucket is stepped again at step()
 // Per mode: the median iteration, and the trainer's time inside step() (what is left of the
 // optimizer on its path: for overlap, the tail after the last bucket and the commit).
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>

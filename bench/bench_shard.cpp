@@ -9,10 +9,10 @@
 // weights' copies). Medians over the iterations after the first 3. Each rank count runs the two
 // modes --repeat times in turn, each pair side by side in time; the ratios are each pair's, and
 // the figures kept are those of the pair whose ratio without the collectives is the median.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/Parallel.h>
 #include <torch/nn/modules/container/sequential.h>

@@ -1,8 +1,8 @@
 // One training run of the demo per mode: the model, the optimizer pipeline, the burst, the probes.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/scale_state.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/trace/trace.h>
 
 #include <ATen/Context.h>

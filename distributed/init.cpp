@@ -26,6 +26,24 @@
 #include <vector>
 
 namespace ampactor::dist {
+
+#define AMPACTOR_DIST_POSITIVE(T, name)                                          \
+  DistOptions& DistOptions::name(T value) {                                      \
+    if (value.count() <= 0)                                                      \
+      throw ScalerError(errc::bad_option, "DistOptions::" #name " must be > 0"); \
+    name##_ = value;                                                             \
+    return *this;                                                                \
+  }
+AMPACTOR_DIST_POSITIVE(std::chrono::milliseconds, timeout)
+AMPACTOR_DIST_POSITIVE(std::chrono::milliseconds, heartbeat)
+#undef AMPACTOR_DIST_POSITIVE
+
+DistOptions& DistOptions::bucket_bytes(std::int64_t value) {
+  if (value <= 0) throw ScalerError(errc::bad_option, "DistOptions::bucket_bytes must be > 0");
+  bucket_bytes_ = value;
+  return *this;
+}
+
 namespace {
 
 using detail::env;

@@ -14,30 +14,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <exception>
+#include <limits>
 #include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
 
 namespace ampactor::dist {
-
-#define AMPACTOR_DIST_POSITIVE(T, name)                                          \
-  DistOptions& DistOptions::name(T value) {                                      \
-    if (value.count() <= 0)                                                      \
-      throw ScalerError(errc::bad_option, "DistOptions::" #name " must be > 0"); \
-    name##_ = value;                                                             \
-    return *this;                                                                \
-  }
-AMPACTOR_DIST_POSITIVE(std::chrono::milliseconds, timeout)
-AMPACTOR_DIST_POSITIVE(std::chrono::milliseconds, heartbeat)
-#undef AMPACTOR_DIST_POSITIVE
-
-DistOptions& DistOptions::bucket_bytes(std::int64_t value) {
-  if (value <= 0) throw ScalerError(errc::bad_option, "DistOptions::bucket_bytes must be > 0");
-  bucket_bytes_ = value;
-  return *this;
-}
 
 namespace {
 
@@ -215,25 +200,13 @@ class C10dRanks final : public RankGroup {
   }
 
   void shift(const at::Tensor& mine, int by, at::Tensor& theirs) override {
-    refuse_after_failure();
-    check_shift(*this, mine, by);
-    const int to = (rank_ + by) % size_, from = (rank_ - by + size_) % size_;
-    // Its length and its bytes sent at once (the bytes need no answer to the length), then the
-    // length received and the bytes into a buffer of that length: one round, no ring waits.
-    at::Tensor len = at::empty({1}, at::kLong), their_len = at::empty({1}, at::kLong);
-    len.fill_(mine.numel());
-    std::vector<at::Tensor> out{len}, in{their_len};
-    std::vector<at::Tensor> data{mine.numel() ? mine : at::empty({1}, at::kByte)}, got;
-    run("the shards' exchange", [&] {
-      auto sent_len = pg_->send(out, to, 1);
-      auto sent = pg_->send(data, to, 2);
-      pg_->recv(in, from, 1)->wait(options_.timeout());
-      theirs = at::empty({their_len.item<std::int64_t>()}, at::kByte);
-      got.push_back(theirs.numel() ? theirs : at::empty({1}, at::kByte));
-      pg_->recv(got, from, 2)->wait(options_.timeout());
-      sent_len->wait(options_.timeout());
-      sent->wait(options_.timeout());
-    });
+    // One piece as long as theirs, received straight into a buffer of its length.
+    theirs = at::empty({0}, at::kByte);
+    shift_pieces(mine, by, std::numeric_limits<std::int64_t>::max(),
+                 [&](const char* data, std::size_t n) {
+                   theirs = at::empty({std::int64_t(n)}, at::kByte);
+                   std::memcpy(theirs.data_ptr(), data, n);
+                 });
   }
 
   void shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
@@ -256,8 +229,9 @@ class C10dRanks final : public RankGroup {
       std::vector<at::Tensor> in{their_len};
       pg_->recv(in, from, 1)->wait(options_.timeout());
       const std::int64_t n = their_len.item<std::int64_t>();
+      // Two buffers where there are two pieces or more, else one.
       const at::Tensor buffers =
-          at::empty({2, std::max<std::int64_t>(1, std::min(piece, n))}, at::kByte);
+          at::empty({n > piece ? 2 : 1, std::max<std::int64_t>(1, std::min(piece, n))}, at::kByte);
       const auto post = [&](std::int64_t off) {
         std::vector<at::Tensor> into{
             buffers[(off / piece) % 2].narrow(0, 0, std::min(piece, n - off))};

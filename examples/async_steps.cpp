@@ -4,9 +4,9 @@
 // is, an fp16 model on the GPU with its masters and optimizer on the CPU.
 //
 //   async_steps [TRACE_PATH]    (default run.jsonl; replay it with ampactor-replay TRACE_PATH)
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/trace/trace.h>  // link ampactor::trace
 #include <torch/torch.h>
 

@@ -6,10 +6,10 @@
 //
 // Run it, kill it (even with SIGKILL, even while it writes a checkpoint), run it again: it goes
 // on from the last complete checkpoint, and its final line equals that of a run never killed.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
-#include <ampactor/run/run.h>
 #include <ampactor/actors/grad_scaler.h>
+#include <ampactor/pipeline/async_optimizer.h>
+#include <ampactor/run/run.h>
 #include <torch/torch.h>
 
 #include <sys/stat.h>

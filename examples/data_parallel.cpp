@@ -3,10 +3,10 @@
 //   ampactor-launch --nproc 2 -- ./data_parallel
 // or under torchrun, mpirun or srun (doc/guide/data-parallel.md). Every 20 steps one rank a host
 // saves the run; a restart finds the checkpoint and resumes from it.
-#include <ampactor/pipeline/async_optimizer.h>
-#include <ampactor/run/run.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
+#include <ampactor/pipeline/async_optimizer.h>
+#include <ampactor/run/run.h>
 
 #include <torch/torch.h>
 

@@ -1,8 +1,8 @@
 // The asynchronous pipeline in brief: fp32 masters stepped by a fused AdamW on the optimizer
 // thread while the trainer runs the next forward and backward on the weights of the step before.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <torch/torch.h>
 
 #include <iostream>

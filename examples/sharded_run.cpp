@@ -7,11 +7,11 @@
 // On two machines, the same on each, with --nnodes 2 --node-rank R --master-addr A. On another
 // number of ranks, re-shard the save first:
 //   ampactor-ckpt reshard sharded_run.ckpt --world M run-M
-#include <ampactor/pipeline/async_optimizer.h>
-#include <ampactor/run/run.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
+#include <ampactor/run/run.h>
 
 #include <torch/torch.h>
 

@@ -3,9 +3,9 @@
 // GPU and the masters on the CPU; and the bit-for-bit comparison of two such runs.
 #pragma once
 
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/trace/trace.h>
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -3,9 +3,9 @@
 #include "doctest_torch.h"
 #include "solo_ranks.h"
 
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/ranks.h>
 
 #include <ATen/ops/ones.h>

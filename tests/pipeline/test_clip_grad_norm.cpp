@@ -1,9 +1,9 @@
 // AsyncOptimizerOptions::clip_grad_norm: the pipeline clips by the global 2-norm inside the
 // step's job, as torch's clip_grad_norm_ after unscale_ would, with torch's optimizers and the
 // fused ones, at staleness 0 and 1, with the scaler enabled or not.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/clip.h>
 
 #include <ATen/CPUGeneratorImpl.h>

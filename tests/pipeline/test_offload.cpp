@@ -3,9 +3,9 @@
 // with CUDA; without them each prints "skipped: ..." and passes.
 #include "doctest_torch.h"
 
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/matmul.h>

@@ -1,9 +1,9 @@
 // Which gradients overflowed, named, through the actor-backed scaler and the pipeline:
 // IterationResult::overflow (wait_result) and GradScaler::last_overflow(), for GradScaler's own
 // unscale, and for AsyncOptimizer's grad move, fused check and overlapped backward.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>

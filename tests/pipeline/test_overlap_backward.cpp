@@ -1,9 +1,9 @@
 // The overlapped-backward mode (AsyncOptimizerOptions::overlap_backward): each bucket stepped
 // speculatively as backward finishes it, committed or dropped at step(). Held to staleness 0
 // without overlap, bit for bit: masters, optimizer state and step counts, weights, scales, skips.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/trace/replay.h>
 #include <ampactor/trace/trace.h>
 

@@ -6,11 +6,11 @@
 // Models: "exact", whose loss is linear in the weights with inputs in {-1, 0, 1} and power-of-two
 // batches, so every gradient, its mean over ranks and its mean over the concatenated batch are
 // exact in fp32 (the runs can be compared bit for bit); "mlp", a tanh MLP (compared across ranks).
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/distributed/dist.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 #include <ampactor/trace/trace.h>
 

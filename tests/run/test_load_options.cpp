@@ -1,10 +1,10 @@
 // load_run and the optimizer: each param group's options restored (LibTorch 1.13's load drops
 // them), another kind or layout refused by name without LibTorch's text, and a path that is not
 // a regular file refused naming it.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/errors.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/ops/randn.h>
 #include <torch/nn/modules/linear.h>

@@ -1,10 +1,10 @@
 // save_run / load_run: a whole run (model, optimizer, scaler, pipeline) in one file, loaded
 // whole or not at all.
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/checkpoint.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/errors.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 
 #include <ATen/ops/randn.h>
 #include <torch/nn/modules/activation.h>

@@ -4,10 +4,10 @@
 #pragma once
 #include "doctest_torch.h"
 
-#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/optim/fused.h>
+#include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/scaler/local_grad_scaler.h>
 #include <ampactor/scaler/step_tracker.h>
 
