@@ -200,7 +200,8 @@ class C10dRanks final : public RankGroup {
   }
 
   void shift(const at::Tensor& mine, int by, at::Tensor& theirs) override {
-    // One piece as long as theirs, received straight into a buffer of its length.
+    // One piece, received into a buffer of its length and copied out (the saves use
+    // shift_pieces: this copy is on no hot path).
     theirs = at::empty({0}, at::kByte);
     shift_pieces(mine, by, std::numeric_limits<std::int64_t>::max(),
                  [&](const char* data, std::size_t n) {

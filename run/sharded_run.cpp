@@ -123,19 +123,26 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   for (std::size_t r = 0; r < entries.size(); ++r)
     if (!entries[r].empty() && entries[r][0] == '\0')
       refuse_write("its shard", int(r), entries[r].substr(1));
-  std::vector<std::string> probes, hosts;
-  for (const std::string& e : entries) {
-    const std::size_t at = e.find(' ', e.find(' ') + 1) + 1, end = e.find(' ', at);
-    probes.push_back(e.substr(at, end - at));
-    hosts.push_back(e.substr(end + 1));
+  // Each entry read once: "DIGEST BYTES PROBE HOST" (the host last: the rest of the line).
+  struct Entry {
+    std::string digest, probe, host;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Entry> shards(entries.size());
+  std::vector<std::string> hosts;
+  for (std::size_t r = 0; r < entries.size(); ++r) {
+    std::istringstream in(entries[r]);
+    in >> shards[r].digest >> shards[r].bytes >> shards[r].probe >> std::ws;
+    std::getline(in, shards[r].host);
+    hosts.push_back(shards[r].host);
   }
   const Replicas rep = plan_replicas(hosts, rank, RunAccess::replicas(pipe));
   const int from = (rank - rep.by + world) % world;
   // A folder this rank shares with its buddy's rank, or with rank 0, already holds that rank's
   // shard or manifest, flushed: no replica replaces it.
-  const bool replica_here = rep.by && !FolderProbe::seen(folder, probes[std::size_t(from)]);
+  const bool replica_here = rep.by && !FolderProbe::seen(folder, shards[std::size_t(from)].probe);
   const bool manifest_here =
-      rank == 0 || (rep.writes_manifest && !FolderProbe::seen(folder, probes[0]));
+      rank == 0 || (rep.writes_manifest && !FolderProbe::seen(folder, shards[0].probe));
   // The shard's own file, flushed, while a copy goes to the buddy on another host (so that one
   // lost host loses no shard).
   std::string replica_error;
@@ -152,13 +159,9 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
       ~Join() { t.join(); }
     } join{writer};
     if (rep.by) {
-      std::istringstream of(entries[std::size_t(from)]);
-      std::string digest_of;
-      std::uint64_t bytes_of = 0;
-      of >> digest_of >> bytes_of;
       replica_error = exchange_replicas(
           ranks, rep.by, shard, (fs::path(folder) / shard_name(base, step, from, world)).string(),
-          bytes_of, replica_here);
+          shards[std::size_t(from)].bytes, replica_here);
     }
   }
   // Both writes' errors in one round: "W" + its shard's, "R" + its buddy's.
@@ -180,11 +183,11 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
     m.granule = layout.granule();
     m.shapes = RunAccess::shapes(pipe);
     for (int r = 0; r < world; ++r) {
-      std::istringstream in(entries[std::size_t(r)]);
       ShardManifest::Shard s;
       s.rank = r;
       s.file = shard_name(base, step, r, world);
-      in >> s.digest >> s.bytes;
+      s.digest = shards[std::size_t(r)].digest;
+      s.bytes = shards[std::size_t(r)].bytes;
       m.shards.push_back(s);
     }
     // Rank 0's manifest is flushed; another host's is its replica, as its buddy's shard is.

@@ -94,8 +94,8 @@ void RankGroup::shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
   at::Tensor theirs;
   shift(mine, by, theirs);
   const auto* data = static_cast<const char*>(theirs.data_ptr());
-  for (std::int64_t at = 0; at < theirs.numel(); at += piece)
-    take(data + at, std::size_t(std::min(piece, theirs.numel() - at)));
+  for (std::int64_t off = 0; off < theirs.numel(); off += piece)
+    take(data + off, std::size_t(std::min(piece, theirs.numel() - off)));
 }
 
 // The step tracker's side of the ranks' agreement: its record's values out, the agreed ones in.

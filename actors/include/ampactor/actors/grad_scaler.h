@@ -199,8 +199,8 @@ class GradScaler {
   /// where the scale is not known yet or the scaler is disabled.
   bool submit_from_backward(std::function<void()> fn);
   /// What lives over this scaler (a pipeline, main thread): `gone` is told when the scaler goes,
-  /// after its jobs, once, unless `who` is forgotten first. The scaler names no pipeline: the
-  /// pipeline library sits above this one.
+  /// after its jobs, once, unless `who` is forgotten first; it runs in the scaler's destructor,
+  /// so it must not throw. The scaler names no pipeline: the pipeline library sits above this one.
   void on_gone(const void* who, std::function<void()> gone);
   void forget(const void* who) noexcept;
 
