@@ -1,16 +1,14 @@
 // AsyncOptimizer's overlapped-backward mode, its side in the pipeline: the options' checks, the
-// buckets, and step() (internal/overlap_backward.h does the work).
+// buckets and the public calls (schedule_overlap.cpp steps; internal/overlap_backward.h does the
+// work).
 #include <ampactor/actors/grad_scaler.h>
-#include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
-#include <ampactor/optim/fused.h>
 #include <ampactor/pipeline/async_optimizer.h>
 
 #include <string>
 
-#include "actors/internal/pipeline_job.h"
-#include "internal/host_offload.h"
 #include "internal/overlap_backward.h"
+#include "internal/pipeline.h"
 
 namespace ampactor {
 
@@ -86,79 +84,32 @@ std::string overlap_refusal(const AsyncOptimizerOptions& o, const GradScaler& sc
 
 }  // namespace internal
 
-internal::OverlapBackward& AsyncOptimizer::overlap() const {
-  if (!overlap_)
+namespace {
+
+internal::OverlapBackward& overlap_of(const internal::Pipeline& p) {
+  if (!p.overlap)
     throw ScalerError(errc::bad_option,
                       "AsyncOptimizer: buckets, grads_ready and accumulate need overlap_backward");
-  return *overlap_;
+  return *p.overlap;
 }
 
+}  // namespace
+
 const std::vector<std::vector<std::size_t>>& AsyncOptimizer::buckets() const {
-  return overlap().buckets();
+  return overlap_of(*p_).buckets();
 }
 
 void AsyncOptimizer::grads_ready(std::size_t bucket) {
-  scaler();
-  overlap().grads_ready(bucket);
+  p_->scaler();
+  overlap_of(*p_).grads_ready(bucket);
 }
 
 void AsyncOptimizer::accumulate(bool on) {
-  overlap().accumulate(on);
+  overlap_of(*p_).accumulate(on);
 }
 
 std::int64_t AsyncOptimizer::overlap_bytes() const {
-  return overlap_ ? overlap_->extra_bytes() : 0;
-}
-
-void AsyncOptimizer::step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn) {
-  internal::OverlapBackward& o = *overlap_;
-  // Whatever happens, the next backward starts a new iteration.
-  struct Reset {
-    internal::OverlapBackward& o;
-    ~Reset() { o.reset_iteration(); }
-  } reset{o};
-  o.use(opt, masters_);
-  if (o.poisoned()) {
-    scaler().run_on_optimizer([&] { optim::fused_step_of(opt)->drop_speculation(); });
-    throw ScalerError(errc::protocol_misuse,
-                      "AsyncOptimizer::step (overlap_backward): a gradient was final twice in "
-                      "this iteration (see the error its backward raised); nothing of it is "
-                      "committed");
-  }
-  if (offload_) return step_overlap_offload(opt, std::move(fn));
-  // Nothing was speculated with the scaler disabled: the synchronous step.
-  if (!scaler().is_enabled() && shard_) return step_sharded(opt, std::move(fn));
-  const std::vector<at::Tensor> grads = model_grads();
-  if (!scaler().is_enabled()) {
-    fn = clipping(opt, std::move(fn));
-    run_step([&] {
-      JobContext* job = JobContext::current();
-      internal::PipelineJob(*job).check_for_fused_(opt, grads, masters_, model_);
-      if (fn) fn();
-      if (!internal::PipelineJob(*job).wrote_weights(opt)) copy_to_model();
-    });
-    return;
-  }
-  run_step([&] {
-    const double norm = o.finish(opt, grads, fn);
-    if (options_.clip_grad_norm()) grad_norm_ = norm;
-  });
-}
-
-void AsyncOptimizer::step_overlap_offload(torch::optim::Optimizer& opt, std::function<void()> fn) {
-  internal::OverlapBackward& o = *overlap_;
-  if (!scaler().is_enabled()) {  // nothing was sent nor speculated: the synchronous offload step
-    fn = clipping(opt, std::move(fn));
-    return step_offload(opt, std::move(fn));
-  }
-  // The grads no bucket sent (no hook fired, or the scale was not known yet) follow now.
-  const std::vector<at::Tensor> grads = model_grads();
-  offload_->exchange(&grads, nullptr, &o.sent());
-  run_step([&] {
-    const double norm = o.finish(opt, offload_->receive_grads(), fn);
-    if (options_.clip_grad_norm()) grad_norm_ = norm;
-  });
-  offload_->exchange(nullptr, &model_);  // the committed weights, on the copy-in stream
+  return p_->overlap ? p_->overlap->extra_bytes() : 0;
 }
 
 }  // namespace ampactor

@@ -6,7 +6,8 @@
 #include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/pipeline/checkpoint.h>
 #include "checkpoint/internal/sharded_files.h"
-#include "internal/host_offload.h"
+#include "internal/pipeline.h"
+#include "internal/placement.h"
 #include "internal/run_access.h"
 #include "internal/shard_state.h"
 
@@ -87,27 +88,30 @@ std::string run_setup(GradScaler& scaler) {
 }  // namespace
 
 void AsyncOptimizer::save(torch::serialize::OutputArchive& archive) const {
-  scaler().run_on_optimizer([] {});  // every step in flight has run: the masters hold still
-  archive.write("setup", c10::IValue(run_setup(scaler())));
+  internal::Pipeline& p = *p_;
+  p.scaler().run_on_optimizer([] {});  // every step in flight has run: the masters hold still
+  archive.write("setup", c10::IValue(run_setup(p.scaler())));
   archive.write("format", c10::IValue(format_version));
-  archive.write("staleness", c10::IValue(std::int64_t(options_.staleness())));
-  archive.write("weights_behind", c10::IValue(behind_));
+  archive.write("staleness", c10::IValue(std::int64_t(p.options.staleness())));
+  archive.write("weights_behind", c10::IValue(p.behind));
   // Sharded: which rank's shard of which layout these masters are.
-  if (shard_) archive.write("shard", c10::IValue(shard_text()));
-  write_list(archive, "masters", masters_);
-  if (!spare_.empty()) write_list(archive, "spare", spare_);
-}
-
-std::string AsyncOptimizer::shard_text() const {
-  if (!shard_) return "the whole state (unsharded)";
-  return internal::shard_text(shard_->rank(), shard_->layout());
+  if (p.shard) archive.write("shard", c10::IValue(p.shard_text()));
+  write_list(archive, "masters", p.masters);
+  if (!p.spare.empty()) write_list(archive, "spare", p.spare);
 }
 
 void AsyncOptimizer::load(torch::serialize::InputArchive& archive) {
-  apply_load(checked_load(archive));
+  p_->apply_load(p_->checked_load(archive));
 }
 
-AsyncOptimizer::Loaded AsyncOptimizer::checked_load(torch::serialize::InputArchive& archive) const {
+namespace internal {
+
+std::string Pipeline::shard_text() const {
+  if (!shard) return "the whole state (unsharded)";
+  return internal::shard_text(shard->rank(), shard->layout());
+}
+
+Pipeline::Loaded Pipeline::checked_load(torch::serialize::InputArchive& archive) const {
   c10::IValue format, behind;
   if (!archive.try_read("format", format) || !format.isInt())
     refuse("not a checkpoint written by AsyncOptimizer::save (no 'format' entry)");
@@ -127,18 +131,15 @@ AsyncOptimizer::Loaded AsyncOptimizer::checked_load(torch::serialize::InputArchi
            "ranks");
   // Everything is read and checked before anything changes.
   Loaded l;
-  l.masters = read_list(archive, "masters", masters_, true);
-  if (!spare_.empty()) l.spare = read_list(archive, "spare", spare_, false);
+  l.masters = read_list(archive, "masters", masters, true);
+  if (!spare.empty()) l.spare = read_list(archive, "spare", spare, false);
   l.weights_behind = behind.toBool();
   if (c10::IValue setup; archive.try_read("setup", setup) && setup.isString())
     l.setup = setup.toStringRef();
   return l;
 }
 
-void AsyncOptimizer::apply_load(const Loaded& l) {
-  const std::vector<at::Tensor>& masters = l.masters;
-  const std::vector<at::Tensor>& spare = l.spare;
-  const bool weights_behind = l.weights_behind;
+void Pipeline::apply_load(const Loaded& l) {
   if (!l.setup.empty()) {
     const std::string here = run_setup(scaler());
     if (l.setup != here)
@@ -147,27 +148,27 @@ void AsyncOptimizer::apply_load(const Loaded& l) {
   }
   scaler().run_on_optimizer([&] {
     at::AutoGradMode no_grad(false);
-    for (std::size_t i = 0; i < masters_.size(); ++i)
-      masters_[i].detach().copy_(masters[i]);
-    if (options_.swap_weights()) {
+    for (std::size_t i = 0; i < masters.size(); ++i)
+      masters[i].detach().copy_(l.masters[i]);
+    if (plan.swap) {
       // A checkpoint without spare weights (a sharded one never has them): the masters' cast,
       // which is what the spare holds.
-      if (spare.empty())
-        copy_to_spare();
+      if (l.spare.empty())
+        place->fill_spare(/*written=*/false);
       else
-        for (std::size_t i = 0; i < spare_.size(); ++i)
-          spare_[i].copy_(spare[i]);
+        for (std::size_t i = 0; i < spare.size(); ++i)
+          spare[i].copy_(l.spare[i]);
     }
-    if (!weights_behind) return;
-    if (options_.staleness() == 0)
-      copy_to_model();  // a synchronous pipeline's model always holds the newest weights
-    else if (offload_ && shard_)
-      stage_sharded_weights();
-    else if (offload_)
-      offload_->stage_weights(masters_);  // the next step() brings them to the model
+    if (!l.weights_behind) return;
+    if (options.staleness() == 0)
+      place->to_model();  // a synchronous pipeline's model always holds the newest weights
+    else
+      place->stage_loaded();  // the model on a GPU: the next step() brings them to it
   });
-  behind_ = weights_behind && options_.staleness() == 1;
+  behind = l.weights_behind && options.staleness() == 1;
 }
+
+}  // namespace internal
 
 torch::serialize::OutputArchive& operator<<(torch::serialize::OutputArchive& archive,
                                             const AsyncOptimizer& pipeline) {
@@ -184,17 +185,17 @@ torch::serialize::InputArchive& operator>>(torch::serialize::InputArchive& archi
 namespace internal {
 
 bool RunAccess::sharded(const AsyncOptimizer& pipe) {
-  return pipe.shard_ != nullptr;
+  return pipe.p_->shard != nullptr;
 }
 RankGroup& RunAccess::ranks(const AsyncOptimizer& pipe) {
-  return pipe.shard_->ranks();
+  return pipe.p_->shard->ranks();
 }
 const ShardLayout& RunAccess::layout(const AsyncOptimizer& pipe) {
-  return pipe.shard_->layout();
+  return pipe.p_->shard->layout();
 }
 std::vector<std::vector<std::int64_t>> RunAccess::shapes(const AsyncOptimizer& pipe) {
   std::vector<std::vector<std::int64_t>> s;
-  for (const at::Tensor& p : pipe.model_)
+  for (const at::Tensor& p : pipe.p_->model)
     s.emplace_back(p.sizes().begin(), p.sizes().end());
   return s;
 }

@@ -1,5 +1,6 @@
 #include "internal/overlap_backward.h"
 #include "actors/internal/pipeline_job.h"
+#include "actors/internal/pipeline_link.h"
 
 #include "internal/host_offload.h"
 #include "internal/shard_state.h"
@@ -202,7 +203,8 @@ void OverlapBackward::submit(std::size_t b) {
   if (std::this_thread::get_id() == main_)
     scaler_.submit(std::move(job), SubmitOptions().unscales(UnscalePermit::none()));
   else
-    scaler_.submit_from_backward(std::move(job));  // the scale unknown: the last job does it
+    PipelineLink::submit_from_backward(scaler_,
+                                       std::move(job));  // the scale unknown: the last job does it
 }
 
 void OverlapBackward::begin_iteration_on_optimizer(std::int64_t k) {

@@ -1,11 +1,14 @@
 // The pipeline's plan (internal/plan.h): every refusal of a combination in one place, in the
 // order a user meets them (the staleness, the overlap, the parameters, the masters' device, the
-// ranks).
+// ranks); then the placement and the schedule it picks, each a line.
 #include "internal/plan.h"
 
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/errors.h>
 #include "internal/overlap_backward.h"
+#include "internal/pipeline.h"
+#include "internal/placement.h"
+#include "internal/schedule.h"
 
 namespace ampactor::internal {
 
@@ -62,6 +65,21 @@ PipelinePlan plan_pipeline(const AsyncOptimizerOptions& o, const GradScaler& sca
   plan.swap = o.swap_weights();
   plan.defer = o.defer_grad_move();
   return plan;
+}
+
+std::unique_ptr<Placement> make_placement(Pipeline& p) {
+  if (p.plan.sharded) return shard_placement(p);
+  if (p.plan.masters == PipelinePlan::Masters::host_offload) return host_placement(p);
+  return device_placement(p);
+}
+
+std::unique_ptr<Schedule> make_schedule(Pipeline& p) {
+  const PipelinePlan& plan = p.plan;
+  if (plan.wait == PipelinePlan::Wait::overlapped) return overlapped_schedule(p);
+  if (plan.masters == PipelinePlan::Masters::host_offload) return offload_schedule(p);
+  if (plan.wait == PipelinePlan::Wait::stale && plan.defer) return deferred_schedule(p);
+  if (plan.wait == PipelinePlan::Wait::stale) return stale_schedule(p);
+  return synchronous_schedule(p);
 }
 
 }  // namespace ampactor::internal

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ampactor/pipeline/async_optimizer.h>
+#include "pipeline.h"
 
 #include <cstdint>
 #include <vector>
@@ -17,18 +18,18 @@ namespace ampactor::internal {
 
 /// What save_run and load_run need of a pipeline's privates.
 struct RunAccess {
-  using Loaded = AsyncOptimizer::Loaded;
+  using Loaded = Pipeline::Loaded;
   static Loaded checked_load(const AsyncOptimizer& pipe, torch::serialize::InputArchive& archive) {
-    return pipe.checked_load(archive);
+    return pipe.p_->checked_load(archive);
   }
-  static void apply_load(AsyncOptimizer& pipe, const Loaded& l) { pipe.apply_load(l); }
+  static void apply_load(AsyncOptimizer& pipe, const Loaded& l) { pipe.p_->apply_load(l); }
   static bool sharded(const AsyncOptimizer& pipe);
   static RankGroup& ranks(const AsyncOptimizer& pipe);
   static const ShardLayout& layout(const AsyncOptimizer& pipe);
   /// The model parameters' shapes, in the layout's order.
   static std::vector<std::vector<std::int64_t>> shapes(const AsyncOptimizer& pipe);
   static ShardReplicas replicas(const AsyncOptimizer& pipe) {
-    return pipe.options_.shard_replicas();
+    return pipe.p_->options.shard_replicas();
   }
 };
 

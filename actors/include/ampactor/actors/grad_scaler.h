@@ -44,7 +44,7 @@ class InputArchive;
 
 namespace ampactor {
 namespace internal {
-class OverlapBackward;
+struct PipelineLink;
 }
 
 struct ScalerActors;
@@ -192,8 +192,7 @@ class GradScaler {
   static constexpr std::size_t result_history = 4096;
 
  private:
-  friend class AsyncOptimizer;
-  friend class internal::OverlapBackward;
+  friend struct internal::PipelineLink;  // the pipeline's calls (actors/internal/pipeline_link.h)
   /// A step job queued from the thread that runs backward (a GPU's autograd thread) while the
   /// main thread waits in backward(), for the iteration's known scale; false, nothing queued,
   /// where the scale is not known yet or the scaler is disabled.

@@ -20,18 +20,11 @@
 
 #include <ampactor/core/arg.h>
 
-#include <atomic>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_set>
 #include <vector>
-
-namespace caf {
-class scoped_actor;
-}
 
 namespace torch::optim {
 class Optimizer;
@@ -45,9 +38,7 @@ namespace ampactor {
 
 class GradScaler;
 namespace internal {
-class HostOffload;
-class OverlapBackward;
-class ShardedState;
+struct Pipeline;
 struct RunAccess;
 }  // namespace internal
 
@@ -170,7 +161,7 @@ class AsyncOptimizer {
 
   /// The master copies, one per model parameter, in the same order: build the optimizer over
   /// these (e.g. torch::optim::AdamW(async.optim_parameters(), ...)).
-  const std::vector<at::Tensor>& optim_parameters() const { return masters_; }
+  const std::vector<at::Tensor>& optim_parameters() const;
 
   /// An optimizer of type Opt over optim_parameters(), owned by the pipeline, so that no step in
   /// flight can outlive it whatever the order in which the scaler and the pipeline are declared:
@@ -195,11 +186,11 @@ class AsyncOptimizer {
   /// Waits for every queued step and brings the model's weights up to date with the masters.
   void sync();
 
-  int staleness() const { return options_.staleness(); }
+  int staleness() const;
   /// clip_grad_norm: the total norm the last finished step measured (what torch's
   /// clip_grad_norm_ returns), before clipping; NaN before the first, for a step skipped for
   /// inf/NaN, and without the option. At staleness 0 that is the step step() just waited for.
-  double grad_norm() const { return grad_norm_.load(); }
+  double grad_norm() const;
 
   // ---- overlap_backward (ScalerError(errc::bad_option) without it) ----
   /// The buckets, as indices into the model's parameters.
@@ -237,86 +228,8 @@ class AsyncOptimizer {
 
  private:
   friend struct internal::RunAccess;  // save_run and load_run
-  /// What load() read, checked against this pipeline; applied by apply_load.
-  struct Loaded {
-    std::vector<at::Tensor> masters, spare;
-    bool weights_behind = false;
-    std::string setup;  // the thread counts and kernels it was written with ("": not recorded)
-  };
-  Loaded checked_load(torch::serialize::InputArchive& archive) const;
-  void apply_load(const Loaded& l);
-  /// Which state this pipeline's masters are, as save() records it.
-  std::string shard_text() const;
-  /// The scaler; ScalerError(errc::protocol_misuse) once it is destroyed.
-  GradScaler& scaler() const;
   void adopt(std::shared_ptr<torch::optim::Optimizer> opt);
-  /// Throws unless every parameter of opt is one of the masters.
-  void check_optimizer(const torch::optim::Optimizer& opt) const;
-  /// (a): masters -> model weights. On the optimizer thread.
-  void copy_to_model();
-  /// swap_weights: masters -> the spare weights, after fn.
-  void copy_to_spare();
-  /// swap_weights: the spare weights (the newest step) become the model's. Nothing else touches
-  /// them meanwhile: in the waited job, or with defer_grad_move on the trainer after the job's
-  /// word.
-  void swap_in();
-  std::vector<at::Tensor> model_grads() const;
-  /// Whether the job checks the grads for opt's fused step instead of moving them.
-  bool fuses(torch::optim::Optimizer& opt) const;
-  /// step() with defer_grad_move.
-  void step_deferred(torch::optim::Optimizer& opt, std::vector<at::Tensor> grads,
-                     std::function<void()> fn);
-  /// defer_grad_move + swap_weights, on the trainer: waits for the last job's word that the
-  /// spare is filled, then swaps it in (or, if the job was dropped unrun, copies the masters).
-  void take_spare();
-  /// step() with the masters on the CPU and the model on a GPU.
-  void step_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
-  /// A step's waited job (GradScaler::run_on_optimizer): with ranks, its error is told to the
-  /// other ranks as a queued job's is, and this rank makes no further collective.
-  void run_step(const std::function<void()>& fn);
-  /// Sharded, the model on a GPU: every rank's shard into the pinned host weights (a collective;
-  /// written: this rank's slot holds its step's weights already), staged for the next exchange.
-  void stage_sharded_weights(bool written = false);
-  /// step_offload's job with shard_optimizer_state: `stepping` clips and steps.
-  std::function<void()> sharded_offload_job(torch::optim::Optimizer& opt,
-                                            std::function<void()> stepping);
-  /// step() with shard_optimizer_state.
-  void step_sharded(torch::optim::Optimizer& opt, std::function<void()> fn);
-  /// The masters in their place (the shard's with shard_optimizer_state), each an fp32 (or
-  /// optim_dtype) copy of its parameter, and the spare weights with swap_weights.
-  void make_masters(bool sharded, at::Device master_device);
-  /// step() with overlap_backward.
-  void step_overlap(torch::optim::Optimizer& opt, std::function<void()> fn);
-  /// step_overlap with the model on a GPU and the masters on the CPU.
-  void step_overlap_offload(torch::optim::Optimizer& opt, std::function<void()> fn);
-  internal::OverlapBackward& overlap() const;
-  /// fn preceded by clip_grad_norm's clipping (fn itself without the option).
-  std::function<void()> clipping(torch::optim::Optimizer& opt, std::function<void()> fn);
-
-  std::vector<at::Tensor> model_;
-  std::vector<at::Tensor> masters_;
-  std::unordered_set<const void*> master_impls_;  // to tell an optimizer over anything else
-  std::vector<at::Tensor> spare_;  // swap_weights: the buffer the model does not use now
-  GradScaler* scaler_;             // null once the scaler is destroyed
-  AsyncOptimizerOptions options_;
-  // Deferred steps with swap_weights: the mailbox where each job says the spare is filled.
-  std::unique_ptr<caf::scoped_actor> waiter_;
-  bool spare_pending_ = false;  // a job's word is still to come
-  bool deferring_ = false;      // steps take the grads: defer_grad_move, or a fused optimizer
-  bool behind_ = false;         // staleness 1: the model's weights are a step behind the masters
-  std::unique_ptr<internal::HostOffload> offload_;      // master_device CPU, the model elsewhere
-  std::unique_ptr<internal::ShardedState> shard_;       // shard_optimizer_state
-  std::unique_ptr<internal::OverlapBackward> overlap_;  // overlap_backward (reaches shard_)
-  /// Each model gradient as step() last saw it (a weak reference: its address is not reused)
-  /// and its version, to tell gradients never cleared since (warn_uncleared_grads).
-  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> last_grads_;
-  std::vector<std::int64_t> last_versions_;
-  bool warned_uncleared_ = false;
-  std::atomic<double> grad_norm_{std::numeric_limits<double>::quiet_NaN()};  // set by jobs
-  /// Warns once on stderr when a model gradient is the last step's, accumulated onto once: the
-  /// optimizer's zero_grad() (over the masters) was called instead of the model's.
-  void warn_uncleared_grads();
-  std::vector<std::shared_ptr<torch::optim::Optimizer>> owned_;  // make_optimizer's
+  std::unique_ptr<internal::Pipeline> p_;  // the placement, the schedule and their state
 };
 
 }  // namespace ampactor
