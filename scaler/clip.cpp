@@ -103,11 +103,12 @@ double StepTracker::clip_grad_norm_(torch::optim::Optimizer& opt, double max_nor
                       "in this iteration, or it has stepped already");
   OptimizerRecord& rec = it->second;
   if (rec.any_found_inf()) return std::numeric_limits<double>::quiet_NaN();  // skipped anyway
-  if (!rec.check_only) return clip_grads_(grads_of(opt), max_norm, squares);
+  AtScale* checked = std::get_if<AtScale>(&rec.grads);
+  if (!checked) return clip_grads_(grads_of(opt), max_norm, squares);
   // A fused step unscales the gradients itself: it takes the coefficient with the scale.
-  const double total =
-      global_norm(rec.grads.empty() ? grads_of(opt) : rec.grads, double(inv_scale), squares);
-  rec.grad_coef = clip_coefficient(total, max_norm);
+  const double total = global_norm(checked->grads.empty() ? grads_of(opt) : checked->grads,
+                                   double(inv_scale), squares);
+  checked->grad_coef = clip_coefficient(total, max_norm);
   return total;
 }
 

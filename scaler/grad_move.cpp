@@ -122,12 +122,12 @@ bool StepTracker::move_and_unscale_(torch::optim::Optimizer& opt,
   for (const at::Tensor& p : masters)
     if (p.grad().defined()) moved.push_back(p.grad());
   std::vector<float> v;
-  const GradSize size = local_values(rec, v);
+  Agreement local = local_values(rec, v);
   if (reduce)
     reduce(moved, v.data(), int(v.size()));
   else
     ranks_->average(moved, v.data(), int(v.size()));
-  apply_agreed(rec, v, size);
+  apply_agreed(rec, v, std::move(local));
   return rec.any_found_inf();
 }
 
@@ -140,14 +140,9 @@ bool StepTracker::record_agreed_move_(torch::optim::Optimizer& opt, std::vector<
   rec.found_inf_per_device = {{c10::Device(c10::kCPU), at::full({}, found ? 1.0f : 0.0f)}};
   rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
-  rec.check_only = false;  // the masters' grads hold the true-sized mean
-  rec.grad_coef = 1;
-  rec.grads.clear();
-  rec.weights = std::move(weights);
-  rec.local_found_inf = local_found;
-  rec.agreed = true;
-  rec.agreed_size = size;
-  rec.found_by = std::move(found_by);
+  rec.grads = InPlace{};  // the masters' grads hold the true-sized mean
+  rec.weights = {std::move(weights)};
+  rec.agreed = Agreement{local_found, size, std::move(found_by)};
   return found;
 }
 

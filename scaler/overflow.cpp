@@ -79,8 +79,8 @@ std::vector<at::Tensor> params_of(const torch::optim::Optimizer& opt) {
 /// where the move put them) checked again, on an iteration that overflowed only.
 std::vector<Attributed> attribute(const OptimizerRecord& rec, const std::vector<at::Tensor>& ps) {
   std::vector<at::Tensor> grads;
-  if (rec.check_only && !rec.grads.empty())
-    grads = rec.grads;
+  if (const AtScale* checked = std::get_if<AtScale>(&rec.grads); checked && !checked->grads.empty())
+    grads = checked->grads;
   else
     for (const at::Tensor& p : ps)
       grads.push_back(p.grad());
@@ -136,7 +136,7 @@ std::vector<OverflowTensor> overflow_of(const StepTracker& tracker,
       double m = -1;
       for (std::size_t n : {t.index - 1, t.index + 1})
         if (n < ps.size() && ps[n].grad().defined())
-          m = std::max(m, finite_absmax(ps[n].grad()) / (rec.at_scale ? scale : 1.0));
+          m = std::max(m, finite_absmax(ps[n].grad()) / (rec.at_scale() ? scale : 1.0));
       if (m >= 0) t.neighbours_max = m;
       found.push_back(std::move(t));
     }

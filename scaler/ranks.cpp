@@ -100,30 +100,29 @@ void RankGroup::shift_pieces(const at::Tensor& mine, int by, std::int64_t piece,
 
 // The step tracker's side of the ranks' agreement: its record's values out, the agreed ones in.
 
-GradSize StepTracker::local_values(OptimizerRecord& rec, std::vector<float>& v) const {
-  rec.local_found_inf = rec.any_found_inf();
-  const GradSize size = rec.grad_size();
-  if (ranks_) v = agreement_values(*ranks_, rec.local_found_inf, size.max);
-  return size;
+Agreement StepTracker::local_values(const OptimizerRecord& rec, std::vector<float>& v) const {
+  Agreement local{rec.any_found_inf(), rec.grad_size(), {}};
+  if (ranks_) v = agreement_values(*ranks_, local.local_found_inf, local.size.max);
+  return local;
 }
 
 void StepTracker::apply_agreed(OptimizerRecord& rec, const std::vector<float>& v,
-                               const GradSize& size) const {
+                               Agreement local) const {
   for (auto& [device, t] : rec.found_inf_per_device)
     t.fill_(v[0]);
-  rec.agreed = true;
-  rec.agreed_size = {double(v[1]), size.dtype_max};
-  rec.found_by = ranks_that_found(v);
+  local.size = {double(v[1]), local.size.dtype_max};
+  local.found_by = ranks_that_found(v);
+  rec.agreed = std::move(local);
 }
 
 void StepTracker::agree(OptimizerRecord& rec) const {
-  std::vector<float> v;
-  const GradSize size = local_values(rec, v);
   if (!ranks_) return;
+  std::vector<float> v;
+  Agreement local = local_values(rec, v);
   // One collective per unscale on every rank, even one without gradients, so that the ranks'
   // calls stay paired.
   ranks_->all_max(v.data(), int(v.size()));
-  apply_agreed(rec, v, size);
+  apply_agreed(rec, v, std::move(local));
 }
 
 }  // namespace ampactor

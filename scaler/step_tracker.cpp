@@ -33,7 +33,7 @@ bool OptimizerRecord::any_found_inf() const {
 }
 
 GradSize OptimizerRecord::grad_size() const {
-  if (agreed) return agreed_size;
+  if (agreed) return agreed->size;
   GradSize best;
   for (const auto& [dtype_max, t] : absmax) {
     const double m = t.item<float>();
@@ -119,11 +119,8 @@ bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<
   rec.found_inf_per_device = {{f.device(), f}};
   rec.absmax = std::move(absmax);
   rec.stage = OptState::unscaled;
-  rec.check_only = true;
-  rec.at_scale = true;
-  rec.grad_coef = 1;
-  rec.grads = std::move(grads);
-  rec.weights = std::move(weights);
+  rec.grads = AtScale{std::move(grads)};
+  rec.weights = {std::move(weights)};
   agree(rec);
   return rec.any_found_inf();
 }
@@ -131,16 +128,16 @@ bool StepTracker::record_fused_check_(torch::optim::Optimizer& opt, std::vector<
 void StepTracker::write_weights_in_step(const torch::optim::Optimizer& opt,
                                         std::vector<at::Tensor> weights) {
   auto it = records_.find(&opt);
-  if (it == records_.end() || it->second.stage != OptState::unscaled || it->second.check_only)
+  if (it == records_.end() || it->second.stage != OptState::unscaled || it->second.at_scale())
     throw ScalerError(errc::protocol_misuse,
                       "write_weights_in_step: the optimizer's gradients were not moved in this "
                       "iteration, or it has stepped already");
-  it->second.weights = std::move(weights);
+  it->second.weights = {std::move(weights)};
 }
 
 bool StepTracker::wrote_weights(const torch::optim::Optimizer& opt) const {
   auto it = records_.find(&opt);
-  return it != records_.end() && it->second.wrote_weights;
+  return it != records_.end() && it->second.weights.written;
 }
 
 Unscaled StepTracker::unscale_grads(torch::optim::Optimizer& opt, float inv_scale) const {
@@ -208,7 +205,7 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   out.unscaled_here = stage == OptState::ready;
   optim::FusedStep* fused = optim::fused_step_of(opt);
   // A fused optimizer's grads are still scaled after a check, unscaled after unscale_.
-  const bool scaled = out.unscaled_here ? fused != nullptr : it->second.check_only;
+  const bool scaled = out.unscaled_here ? fused != nullptr : it->second.at_scale();
   Unscaled found = !out.unscaled_here ? Unscaled{it->second.found_inf_per_device, it->second.absmax,
                                                  it->second.nonfinite}
                    : fused            ? check_grads(opt)
@@ -221,7 +218,7 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   rec.nonfinite = std::move(found.nonfinite);
   rec.stage = OptState::unscaled;
   if (out.unscaled_here) {
-    rec.at_scale = fused != nullptr;
+    if (fused) rec.grads = AtScale{};
     agree(rec);
   }
   out.found_inf = rec.any_found_inf();
@@ -229,10 +226,14 @@ StepOutcome StepTracker::step(torch::optim::Optimizer& opt, float inv_scale,
   if (out.unscaled_here && on_unscaled) on_unscaled(out.found_inf);
   // Like torch: if opt.step() throws, the record stays UNSCALED with its inf checks.
   if (!out.skipped && fused) {
-    auto s = optim::ScaledStep().found_inf(found_on_cpu(rec)).grads(rec.grads).weights(rec.weights);
-    if (scaled) s.inv_scale(clipped_inv_scale(inv_scale, rec.grad_coef));
+    const AtScale* checked = std::get_if<AtScale>(&rec.grads);
+    auto s = optim::ScaledStep()
+                 .found_inf(found_on_cpu(rec))
+                 .grads(checked ? checked->grads : std::vector<at::Tensor>{})
+                 .weights(rec.weights.weights);
+    if (scaled) s.inv_scale(clipped_inv_scale(inv_scale, checked ? checked->grad_coef : 1.0));
     fused->step_scaled(s);
-    rec.wrote_weights = !rec.weights.empty();
+    rec.weights.written = !rec.weights.weights.empty();
     out.ret = at::Tensor();
   } else if (!out.skipped) {
     out.ret = opt.step();
@@ -255,13 +256,14 @@ std::optional<bool> StepTracker::found_inf(const torch::optim::Optimizer& opt) c
 std::optional<bool> StepTracker::local_found_inf(const torch::optim::Optimizer& opt) const {
   auto it = records_.find(&opt);
   if (it == records_.end() || it->second.stage == OptState::ready) return std::nullopt;
-  return it->second.local_found_inf;
+  const OptimizerRecord& rec = it->second;
+  return rec.agreed ? rec.agreed->local_found_inf : rec.any_found_inf();
 }
 
 std::vector<std::int32_t> StepTracker::found_by(const torch::optim::Optimizer& opt) const {
   auto it = records_.find(&opt);
   if (it == records_.end() || it->second.stage == OptState::ready) return {};
-  return it->second.found_by;
+  return it->second.agreed ? it->second.agreed->found_by : std::vector<std::int32_t>{};
 }
 
 StepTracker::StepTracker(bool allow_fp16_grads, std::shared_ptr<RankGroup> ranks)

@@ -11,6 +11,7 @@
 #include <optional>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <ampactor/core/stage.h>
@@ -61,7 +62,34 @@ void move_measured(const std::vector<at::Tensor>& model_grads,
                    const std::vector<at::Tensor>& masters, float inv_scale, at::Tensor& found,
                    AbsmaxList& absmax, bool adopt = false);
 
-/// Per-optimizer record between two update() calls.
+/// How an iteration's gradients were handled, by case (OptimizerRecord::grads).
+/// Unscaled in place (torch's unscale_, the pipeline's move): they hold their true size.
+struct InPlace {};
+/// Checked for a fused step (ampactor::optim), which unscales them itself: still at the scale.
+struct AtScale {
+  /// What the fused step reads (empty: the optimizer's own grads).
+  std::vector<at::Tensor> grads;
+  /// Clipping's coefficient, which the step multiplies its inverse scale by (< 1: clipped).
+  double grad_coef = 1;
+};
+
+/// What the ranks agreed on for one optimizer (data parallel).
+struct Agreement {
+  bool local_found_inf = false;  // this rank's own check; found_inf_per_device holds the agreed
+  GradSize size;                 // the largest gradient size of all ranks
+  std::vector<std::int32_t> found_by;  // the ranks whose own check found inf or NaN
+};
+
+/// The pipeline's part: the weights a fused step writes in its own pass (empty: none), and
+/// whether it did.
+struct StepWeights {
+  std::vector<at::Tensor> weights;
+  bool written = false;
+};
+
+/// Per-optimizer record between two update() calls: torch's stage and found_inf per device, what
+/// the kernels measured, how the gradients were handled, the ranks' agreement, the pipeline's
+/// weights.
 struct OptimizerRecord {
   OptState stage = OptState::ready;
   /// One 1-element float tensor per device that had gradients (set by unscale_).
@@ -70,27 +98,13 @@ struct OptimizerRecord {
   AbsmaxList absmax;
   /// Which gradients held inf or NaN, per device (empty where the path does not attribute).
   std::vector<Attributed> nonfinite;
-  /// The optimizer's gradients are still at the scale (checked for a fused step, not unscaled).
-  bool at_scale = false;
-  /// A fused optimizer's gradients were checked, not unscaled: its step unscales them. `grads`
-  /// and `weights` are what it reads and writes (empty: the masters' own grads, no weights).
-  bool check_only = false;
-  std::vector<at::Tensor> grads, weights;
-  /// The fused step wrote `weights`.
-  bool wrote_weights = false;
-  /// Clipping's coefficient for a fused step, which multiplies its inverse scale by it (< 1:
-  /// clip_grad_norm_ clipped).
-  double grad_coef = 1;
-  /// This rank's own found_inf; with ranks, found_inf_per_device holds the agreed one.
-  bool local_found_inf = false;
-  /// With ranks: the largest gradient size of all ranks (grad_size() returns it).
-  bool agreed = false;
-  GradSize agreed_size;
-  /// With ranks: the ranks whose own check found inf or NaN (agreed in the same collective).
-  std::vector<std::int32_t> found_by;
+  std::variant<InPlace, AtScale> grads;
+  std::optional<Agreement> agreed;  // with ranks
+  StepWeights weights;
   bool any_found_inf() const;
-  /// Reads `absmax` (a device sync, as any_found_inf is).
+  /// Reads `absmax` (a device sync, as any_found_inf is); with ranks the agreed size.
   GradSize grad_size() const;
+  bool at_scale() const { return std::holds_alternative<AtScale>(grads); }
 };
 
 /// unscale_'s results, before they become a record.
@@ -200,11 +214,10 @@ class StepTracker {
   Unscaled check_grads(torch::optim::Optimizer& opt) const;
   /// Records the local found_inf and, with ranks, agrees found_inf and the size across them.
   void agree(OptimizerRecord& rec) const;
-  /// rec's own found_inf (recorded as local) and size, as the values the ranks agree on
-  /// (agreed_values() of them).
-  GradSize local_values(OptimizerRecord& rec, std::vector<float>& v) const;
-  /// Installs the agreed values in rec.
-  void apply_agreed(OptimizerRecord& rec, const std::vector<float>& v, const GradSize& size) const;
+  /// rec's own found_inf and size, as the values the ranks agree on (agreement_values() of them).
+  Agreement local_values(const OptimizerRecord& rec, std::vector<float>& v) const;
+  /// Installs the agreed values in rec (`local`: what local_values gave).
+  void apply_agreed(OptimizerRecord& rec, const std::vector<float>& v, Agreement local) const;
 
   bool allow_fp16_grads_;
   std::shared_ptr<RankGroup> ranks_;
