@@ -12,8 +12,10 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <utility>
 
 #include "fused_common.h"
+#include "speculation.h"
 
 namespace ampactor::optim {
 namespace {
@@ -82,98 +84,119 @@ std::vector<double> adam_inputs(const detail::Slot& s, const kernels::AdamConsts
   return in;
 }
 
-// One step (speculative: into the second buffer, see FusedStep::speculate).
+template <typename K>
+const typename K::O& options_of(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                                const detail::Slot& s) {
+  return static_cast<const typename K::O&>(groups[s.group].options());
+}
+
+// Adam's state as the speculation sees it (speculation.h): the moments and the step count.
 template <typename K, typename Map>
-bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& state,
-               const ScaledStep& step, const FusedOptions& fused, const char* who,
-               detail::Speculation& spec, bool speculative) {
-  const std::vector<detail::Slot> slots = detail::collect(groups, step, who);
-  if (detail::skipped(step)) return false;
-  at::NoGradGuard no_grad;
-  // LibTorch's Adam makes max_exp_avg_sq with the state only, so it cannot step a state made
-  // before amsgrad was turned on either: refused before anything changes.
-  for (std::size_t i = 0; i < slots.size() && !speculative; ++i) {
-    const auto& o = static_cast<const typename K::O&>(groups[slots[i].group].options());
-    auto it = state.find(detail::key_of(slots[i].p));
-    if (slots[i].grad.defined() && o.amsgrad() && it != state.end() &&
-        !static_cast<typename K::S*>(it->second.get())->max_exp_avg_sq().defined())
+class AdamAccess : public detail::StateAccess<kernels::AdamConsts> {
+ public:
+  AdamAccess(const std::vector<torch::optim::OptimizerParamGroup>& groups, Map& state, float inv,
+             const FusedOptions& fused)
+      : groups_(groups), state_(state), inv_(inv), fused_(fused) {}
+
+  typename K::S* have(const detail::Slot& s) const {
+    auto it = state_.find(detail::key_of(s.p));
+    return it == state_.end() ? nullptr : static_cast<typename K::S*>(it->second.get());
+  }
+
+  std::optional<detail::Planned<kernels::AdamConsts>> plan(const detail::Slot& s) override {
+    const auto& o = options_of<K>(groups_, s);
+    typename K::S* st = have(s);
+    if (st && o.amsgrad() && !st->max_exp_avg_sq().defined()) return std::nullopt;  // refused
+    detail::Planned<kernels::AdamConsts> pl;
+    if (st) pl.state = {st->exp_avg(), st->exp_avg_sq(), st->max_exp_avg_sq()};
+    if (!detail::fast(s, {pl.state[0], pl.state[1], pl.state[2]})) return std::nullopt;
+    pl.next = (st ? st->step() : 0) + 1;
+    pl.first = !st;
+    pl.consts = adam_consts<K>(o, inv_, pl.next);
+    pl.inputs = adam_inputs(s, pl.consts, o.amsgrad(), pl.state[0], pl.state[1], pl.state[2]);
+    pl.uses = {true, true, o.amsgrad()};
+    pl.span = detail::span_of(s, 0);
+    for (std::size_t k = 0; k < 3 && st; ++k)
+      if (pl.uses[k]) detail::state_in(pl.span, k) = pl.state[k].template data_ptr<float>();
+    return pl;
+  }
+
+  void install(const detail::Slot& s, const detail::Planned<kernels::AdamConsts>& pl,
+               std::array<at::Tensor, 3>& shadow) override {
+    auto st = std::make_unique<typename K::S>();
+    st->step(pl.next);
+    st->exp_avg(std::move(shadow[0]));
+    st->exp_avg_sq(std::move(shadow[1]));
+    if (pl.uses[2]) st->max_exp_avg_sq(std::move(shadow[2]));
+    state_.emplace(detail::key_of(s.p), std::move(st));
+  }
+
+  void swap_in(const detail::Slot& s, const detail::Planned<kernels::AdamConsts>& pl,
+               std::array<at::Tensor, 3>& shadow) override {
+    typename K::S& st = *have(s);
+    st.exp_avg(std::exchange(shadow[0], st.exp_avg()));
+    st.exp_avg_sq(std::exchange(shadow[1], st.exp_avg_sq()));
+    if (pl.uses[2]) st.max_exp_avg_sq(std::exchange(shadow[2], st.max_exp_avg_sq()));
+    st.step(pl.next);
+  }
+
+  void run(const std::vector<kernels::StepSpan>& spans,
+           const std::vector<kernels::AdamConsts>& consts) override {
+    kernels::adam_step(spans, consts, detail::threads_of(fused_));
+  }
+  bool zero_new_state() const override { return true; }
+
+ private:
+  const std::vector<torch::optim::OptimizerParamGroup>& groups_;
+  Map& state_;
+  float inv_;
+  const FusedOptions& fused_;
+};
+
+// LibTorch's Adam makes max_exp_avg_sq with the state only, so it cannot step a state made
+// before amsgrad was turned on either: refused before anything changes.
+template <typename K, typename Map>
+void refuse_late_amsgrad(const std::vector<torch::optim::OptimizerParamGroup>& groups,
+                         const std::vector<detail::Slot>& slots, AdamAccess<K, Map>& access,
+                         const char* who) {
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const typename K::S* st = access.have(slots[i]);
+    if (slots[i].grad.defined() && options_of<K>(groups, slots[i]).amsgrad() && st &&
+        !st->max_exp_avg_sq().defined())
       throw ScalerError(errc::bad_option, std::string(who) + ": amsgrad is on, but parameter " +
                                               std::to_string(i) +
                                               "'s state was made without it (amsgrad turned on "
                                               "after its first step); nothing was stepped");
   }
+}
+
+// One real step: the speculated steps that match are taken, every other parameter is stepped.
+template <typename K, typename Map>
+bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& state,
+               const ScaledStep& step, const FusedOptions& fused, const char* who,
+               detail::Speculation& spec) {
+  const std::vector<detail::Slot> slots = detail::collect(groups, step, who);
+  if (detail::skipped(step)) return false;
+  at::NoGradGuard no_grad;
+  AdamAccess<K, Map> access(groups, state, step.inv_scale(), fused);
+  refuse_late_amsgrad(groups, slots, access, who);
+  const std::vector<bool> taken = detail::take_speculated(slots, access, spec);
   std::vector<kernels::StepSpan> spans;
   std::vector<kernels::AdamConsts> consts;
-  for (const detail::Slot& s : slots) {
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const detail::Slot& s = slots[i];
     if (!s.grad.defined()) {
-      if (s.weight.defined() && !speculative) s.weight.copy_(s.p);
+      if (s.weight.defined()) s.weight.copy_(s.p);
       continue;
     }
-    const auto& o = static_cast<const typename K::O&>(groups[s.group].options());
-    auto it = state.find(detail::key_of(s.p));
-    auto* have = it == state.end() ? nullptr : static_cast<typename K::S*>(it->second.get());
-    if (speculative && have && o.amsgrad() && !have->max_exp_avg_sq().defined())
-      continue;  // the real step refuses it (above)
+    if (taken[i]) continue;
+    const auto& o = options_of<K>(groups, s);
+    typename K::S* have = access.have(s);
     const std::int64_t next = (have ? have->step() : 0) + 1;
     const bool is_fast = detail::fast(
         s, {have ? have->exp_avg() : at::Tensor(), have ? have->exp_avg_sq() : at::Tensor(),
             have ? have->max_exp_avg_sq() : at::Tensor()});
-    if (speculative && !is_fast) continue;  // the exact path steps at step_scaled
-    const kernels::AdamConsts c = adam_consts<K>(o, step.inv_scale(), next);
-    if (!speculative && !have) {
-      // A first step speculated: its state is the shadow's, installed only now.
-      const auto in = adam_inputs(s, c, o.amsgrad(), {}, {}, {});
-      if (detail::Shadow* sh = detail::matching(spec, s, in, next); sh && sh->first) {
-        detail::swap_master(s, *sh);
-        auto st = std::make_unique<typename K::S>();
-        st->step(next);
-        st->exp_avg(std::move(sh->m));  // the shadow makes new ones next time
-        st->exp_avg_sq(std::move(sh->v));
-        if (o.amsgrad()) st->max_exp_avg_sq(std::move(sh->vmax));
-        state.emplace(detail::key_of(s.p), std::move(st));
-        sh->pending = sh->first = false;
-        continue;
-      }
-    }
-    if (speculative && !have) {
-      // A first step: from zero moments in the shadow's own buffers, stepped in place there, so
-      // that no state enters the live optimizer (a save meanwhile would write it) before the
-      // step is taken.
-      detail::Shadow& sh = spec.shadows[s.p.unsafeGetTensorImpl()];
-      kernels::StepSpan span = detail::span_of(s, int(consts.size()));
-      span.param_out = detail::buffer(sh.p, s.p);
-      for (at::Tensor* t : {&sh.m, &sh.v, &sh.vmax})
-        if (t != &sh.vmax || o.amsgrad()) detail::buffer(*t, s.p), t->zero_();
-      span.m = sh.m.template data_ptr<float>();
-      span.v = sh.v.template data_ptr<float>();
-      if (o.amsgrad()) span.vmax = sh.vmax.template data_ptr<float>();
-      sh.inputs = adam_inputs(s, c, o.amsgrad(), {}, {}, {});
-      sh.step = next;
-      sh.pending = sh.first = true;
-      consts.push_back(c);
-      spans.push_back(span);
-      continue;
-    }
-    if (!speculative && have) {
-      const auto in = adam_inputs(s, c, o.amsgrad(), have->exp_avg(), have->exp_avg_sq(),
-                                  have->max_exp_avg_sq());
-      if (detail::Shadow* sh = detail::matching(spec, s, in, next)) {  // take it: swap
-        detail::swap_master(s, *sh);
-        detail::swap_state(
-            sh->m, [&] { return have->exp_avg(); }, [&](auto t) { have->exp_avg(t); });
-        detail::swap_state(
-            sh->v, [&] { return have->exp_avg_sq(); }, [&](auto t) { have->exp_avg_sq(t); });
-        if (o.amsgrad())
-          detail::swap_state(
-              sh->vmax, [&] { return have->max_exp_avg_sq(); },
-              [&](auto t) { have->max_exp_avg_sq(t); });
-        have->step(next);
-        sh->pending = false;
-        continue;
-      }
-    }
-    if (!speculative) detail::supersede(spec, s);
-    if (!have) {  // a real first step
+    if (!have) {  // a first step
       auto st = std::make_unique<typename K::S>();
       st->step(0);
       st->exp_avg(at::zeros_like(s.p, at::MemoryFormat::Preserve));
@@ -182,36 +205,33 @@ bool adam_step(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& stat
       have = st.get();
       state.emplace(detail::key_of(s.p), std::move(st));
     }
-    auto& st = *have;
-    if (!is_fast) {  // not speculative (see above)
-      st.step(next);
+    have->step(next);
+    if (!is_fast) {
       const auto [b1, b2] = o.betas();
-      adam_exact<K>(s, st, o, step.inv_scale(), 1 - std::pow(b1, next), 1 - std::pow(b2, next));
+      adam_exact<K>(s, *have, o, step.inv_scale(), 1 - std::pow(b1, next), 1 - std::pow(b2, next));
       continue;
     }
     kernels::StepSpan span = detail::span_of(s, int(consts.size()));
-    span.m = st.exp_avg().template data_ptr<float>();
-    span.v = st.exp_avg_sq().template data_ptr<float>();
-    if (o.amsgrad()) span.vmax = st.max_exp_avg_sq().template data_ptr<float>();
-    if (speculative) {
-      detail::Shadow& sh = spec.shadows[s.p.unsafeGetTensorImpl()];
-      span.param_out = detail::buffer(sh.p, s.p);
-      span.m_out = detail::buffer(sh.m, st.exp_avg());
-      span.v_out = detail::buffer(sh.v, st.exp_avg_sq());
-      if (o.amsgrad()) span.vmax_out = detail::buffer(sh.vmax, st.max_exp_avg_sq());
-      sh.inputs =
-          adam_inputs(s, c, o.amsgrad(), st.exp_avg(), st.exp_avg_sq(), st.max_exp_avg_sq());
-      sh.step = next;
-      sh.pending = true;
-      sh.first = false;
-    } else {
-      st.step(next);
-    }
-    consts.push_back(c);
+    span.m = have->exp_avg().template data_ptr<float>();
+    span.v = have->exp_avg_sq().template data_ptr<float>();
+    if (o.amsgrad()) span.vmax = have->max_exp_avg_sq().template data_ptr<float>();
+    consts.push_back(adam_consts<K>(o, step.inv_scale(), next));
     spans.push_back(span);
   }
   kernels::adam_step(spans, consts, detail::threads_of(fused));
   return true;
+}
+
+// A speculative step (FusedStep::speculate).
+template <typename K, typename Map>
+void adam_speculate(std::vector<torch::optim::OptimizerParamGroup>& groups, Map& state,
+                    const ScaledStep& step, const FusedOptions& fused, const char* who,
+                    detail::Speculation& spec) {
+  const std::vector<detail::Slot> slots = detail::collect(groups, step, who);
+  if (detail::skipped(step)) return;
+  at::NoGradGuard no_grad;
+  AdamAccess<K, Map> access(groups, state, step.inv_scale(), fused);
+  detail::speculate(slots, access, spec);
 }
 
 at::Tensor run_closure(const torch::optim::Optimizer::LossClosure& closure) {
@@ -235,13 +255,12 @@ at::Tensor FusedAdam::step(LossClosure closure) {
   return loss;
 }
 bool FusedAdam::step_scaled(const ScaledStep& step) {
-  const bool stepped =
-      adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_, false);
+  const bool stepped = adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_);
   drop_speculation();  // what was not taken
   return stepped;
 }
 void FusedAdam::speculate(const ScaledStep& step) {
-  adam_step<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_, true);
+  adam_speculate<AdamK>(param_groups_, state_, step, fused_, "FusedAdam", *spec_);
 }
 FusedAdam::~FusedAdam() {
   release();  // before any of it goes: a pipeline's queued steps may still use it
@@ -259,13 +278,12 @@ at::Tensor FusedAdamW::step(LossClosure closure) {
   return loss;
 }
 bool FusedAdamW::step_scaled(const ScaledStep& step) {
-  const bool stepped =
-      adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_, false);
+  const bool stepped = adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_);
   drop_speculation();
   return stepped;
 }
 void FusedAdamW::speculate(const ScaledStep& step) {
-  adam_step<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_, true);
+  adam_speculate<AdamWK>(param_groups_, state_, step, fused_, "FusedAdamW", *spec_);
 }
 FusedAdamW::~FusedAdamW() {
   release();  // before any of it goes: a pipeline's queued steps may still use it

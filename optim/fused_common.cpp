@@ -221,11 +221,6 @@ Shadow* matching(Speculation& spec, const Slot& s, const std::vector<double>& in
   return sh.pending && sh.step == step && sh.inputs == inputs ? &sh : nullptr;
 }
 
-void supersede(Speculation& spec, const Slot& s) {
-  auto it = spec.shadows.find(s.p.unsafeGetTensorImpl());
-  if (it != spec.shadows.end()) it->second.pending = it->second.first = false;
-}
-
 void swap_master(const Slot& s, Shadow& sh) {
   at::Tensor live = s.p.variable_data();
   at::Tensor master = s.p;  // shares the TensorImpl that optimizers and pipelines hold
@@ -265,7 +260,7 @@ bool FusedStep::speculation_pending() const {
 std::int64_t FusedStep::speculation_bytes() const {
   std::int64_t n = 0;
   for (const auto& [impl, sh] : spec_->shadows)
-    for (const at::Tensor* t : {&sh.p, &sh.m, &sh.v, &sh.vmax})
+    for (const at::Tensor* t : {&sh.p, &sh.state[0], &sh.state[1], &sh.state[2]})
       if (t->defined()) n += std::int64_t(t->nbytes());
   return n;
 }

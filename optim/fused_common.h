@@ -5,6 +5,7 @@
 #include <ampactor/kernels/fused_step.h>
 #include <ampactor/optim/fused.h>
 
+#include <array>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -46,11 +47,12 @@ at::Tensor unscaled(const Slot& s, float inv);
 
 /// One parameter's second buffer, and what its pending speculative step read and ran with.
 struct Shadow {
-  at::Tensor p, m, v, vmax;    // the second buffer (kept for reuse)
-  bool pending = false;        // holds a step not yet taken or dropped
-  bool first = false;          // a first step: m, v, vmax are its new state, not a live one's
-  std::int64_t step = 0;       // Adam: the step count after it
-  std::vector<double> inputs;  // what it read (see fingerprint) and its constants
+  at::Tensor p;                     // the second buffer's master (kept for reuse)
+  std::array<at::Tensor, 3> state;  // and its state tensors (StateAccess's three)
+  bool pending = false;             // holds a step not yet taken or dropped
+  bool first = false;               // a first step: m, v, vmax are its new state, not a live one's
+  std::int64_t step = 0;            // the step count after it (0: the kind keeps none)
+  std::vector<double> inputs;       // what it read (see fingerprint) and its constants
 };
 
 /// Every parameter's shadow, by its master's TensorImpl.
@@ -67,17 +69,7 @@ float* buffer(at::Tensor& t, const at::Tensor& like);
 /// step count `step`, else nullptr.
 Shadow* matching(Speculation& spec, const Slot& s, const std::vector<double>& inputs,
                  std::int64_t step);
-/// A real step of s's master that does not take its shadow's step: that one is void (and the
-/// state it created is the real step's now).
-void supersede(Speculation& spec, const Slot& s);
 /// The shadow's master becomes the live one (a swap of storage; the master tensor stays).
 void swap_master(const Slot& s, Shadow& sh);
-/// Swaps a live state tensor with its shadow through the state's setter.
-template <typename Get, typename Set>
-void swap_state(at::Tensor& shadow, Get get, Set set) {
-  at::Tensor live = get();
-  set(shadow);
-  shadow = std::move(live);
-}
 
 }  // namespace ampactor::optim::detail

@@ -7,6 +7,10 @@
 #include <c10/core/GradMode.h>
 
 #include "fused_common.h"
+#include "speculation.h"
+
+#include <type_traits>
+#include <utility>
 
 namespace ampactor::optim {
 namespace {
@@ -61,85 +65,115 @@ std::vector<double> sgd_inputs(const detail::Slot& s, const kernels::SgdConsts& 
   return in;
 }
 
-// One step (speculative: into the second buffer, see FusedStep::speculate). SGD's state is its
-// momentum buffer alone, made by the first step: a speculative first step makes it in the
-// second buffer, and taking the step installs it.
+kernels::SgdConsts sgd_consts(const torch::optim::SGDOptions& o, float inv, bool first) {
+  kernels::SgdConsts c;
+  c.inv = inv;
+  c.l2 = o.weight_decay() != 0;
+  c.wd = float(o.weight_decay());
+  c.momentum = float(o.momentum());
+  c.omdamp = float(1 - o.dampening());
+  c.neg_lr = float(-1 * o.lr());
+  c.first = first;
+  c.nesterov = o.nesterov();
+  return c;
+}
+
+using State = std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+
+// SGD's state as the speculation sees it (speculation.h): its momentum buffer alone, made by the
+// first step (a speculative first step makes it in the second buffer; taking it installs it).
+class SgdAccess : public detail::StateAccess<kernels::SgdConsts> {
+ public:
+  SgdAccess(const std::vector<torch::optim::OptimizerParamGroup>& groups, State& state, float inv,
+            const FusedOptions& fused)
+      : groups_(groups), state_(state), inv_(inv), fused_(fused) {}
+
+  const torch::optim::SGDOptions& options(const detail::Slot& s) const {
+    return static_cast<const torch::optim::SGDOptions&>(groups_[s.group].options());
+  }
+  torch::optim::SGDParamState* have(const detail::Slot& s) const {
+    auto it = state_.find(detail::key_of(s.p));
+    return it == state_.end() ? nullptr
+                              : static_cast<torch::optim::SGDParamState*>(it->second.get());
+  }
+
+  std::optional<detail::Planned<kernels::SgdConsts>> plan(const detail::Slot& s) override {
+    const auto& o = options(s);
+    torch::optim::SGDParamState* st = have(s);
+    detail::Planned<kernels::SgdConsts> pl;
+    pl.state[0] = st ? st->momentum_buffer() : at::Tensor();
+    if (!detail::fast(s, {pl.state[0]})) return std::nullopt;
+    pl.first = o.momentum() != 0 && !st;
+    pl.consts = sgd_consts(o, inv_, pl.first);
+    pl.inputs = sgd_inputs(s, pl.consts, pl.state[0]);
+    pl.uses = {o.momentum() != 0, false, false};
+    pl.span = detail::span_of(s, 0);
+    if (pl.uses[0] && !pl.first) pl.span.m = pl.state[0].data_ptr<float>();
+    return pl;
+  }
+
+  void install(const detail::Slot& s, const detail::Planned<kernels::SgdConsts>&,
+               std::array<at::Tensor, 3>& shadow) override {
+    auto ps = std::make_unique<torch::optim::SGDParamState>();
+    ps->momentum_buffer(std::move(shadow[0]));
+    state_[detail::key_of(s.p)] = std::move(ps);
+  }
+
+  void swap_in(const detail::Slot& s, const detail::Planned<kernels::SgdConsts>& pl,
+               std::array<at::Tensor, 3>& shadow) override {
+    if (!pl.uses[0]) return;
+    torch::optim::SGDParamState& st = *have(s);
+    st.momentum_buffer(std::exchange(shadow[0], st.momentum_buffer()));
+  }
+
+  void run(const std::vector<kernels::StepSpan>& spans,
+           const std::vector<kernels::SgdConsts>& consts) override {
+    kernels::sgd_step(spans, consts, detail::threads_of(fused_));
+  }
+  bool zero_new_state() const override { return false; }
+
+ private:
+  const std::vector<torch::optim::OptimizerParamGroup>& groups_;
+  State& state_;
+  float inv_;
+  const FusedOptions& fused_;
+};
+
+// One real step: the speculated steps that match are taken, every other parameter is stepped.
 bool sgd_step(std::vector<torch::optim::OptimizerParamGroup>& groups, torch::optim::Optimizer& opt,
-              const ScaledStep& step, const FusedOptions& fused, detail::Speculation& spec,
-              bool speculative) {
-  auto& state = opt.state();
+              const ScaledStep& step, const FusedOptions& fused, detail::Speculation& spec) {
   const std::vector<detail::Slot> slots = detail::collect(groups, step, "FusedSGD");
   if (detail::skipped(step)) return false;
   at::NoGradGuard no_grad;
+  SgdAccess access(groups, opt.state(), step.inv_scale(), fused);
+  const std::vector<bool> taken = detail::take_speculated(slots, access, spec);
   std::vector<kernels::StepSpan> spans;
   std::vector<kernels::SgdConsts> consts;
-  for (const detail::Slot& s : slots) {
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const detail::Slot& s = slots[i];
     if (!s.grad.defined()) {
-      if (s.weight.defined() && !speculative) s.weight.copy_(s.p);
+      if (s.weight.defined()) s.weight.copy_(s.p);
       continue;
     }
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(groups[s.group].options());
-    torch::optim::SGDParamState* st = nullptr;
-    if (auto it = state.find(detail::key_of(s.p)); it != state.end())
-      st = static_cast<torch::optim::SGDParamState*>(it->second.get());
+    if (taken[i]) continue;
+    const auto& o = access.options(s);
+    torch::optim::SGDParamState* st = access.have(s);
     const bool first = o.momentum() != 0 && !st;
     const at::Tensor live_buf = st ? st->momentum_buffer() : at::Tensor();
-    const bool is_fast = detail::fast(s, {live_buf});
-    if (speculative && !is_fast) continue;  // the exact path steps at step_scaled
-    kernels::SgdConsts c;
-    c.inv = step.inv_scale();
-    c.l2 = o.weight_decay() != 0;
-    c.wd = float(o.weight_decay());
-    c.momentum = float(o.momentum());
-    c.omdamp = float(1 - o.dampening());
-    c.neg_lr = float(-1 * o.lr());
-    c.first = first;
-    c.nesterov = o.nesterov();
-    const std::vector<double> in = sgd_inputs(s, c, live_buf);
-    if (!speculative) {
-      if (detail::Shadow* sh = detail::matching(spec, s, in, 0)) {  // take it: swap
-        detail::swap_master(s, *sh);
-        if (first) {
-          auto ps = std::make_unique<torch::optim::SGDParamState>();
-          ps->momentum_buffer(std::move(sh->m));  // the shadow makes a new one next time
-          state[detail::key_of(s.p)] = std::move(ps);
-        } else if (o.momentum() != 0) {
-          detail::swap_state(
-              sh->m, [&] { return st->momentum_buffer(); },
-              [&](auto t) { st->momentum_buffer(t); });
-        }
-        sh->pending = false;
-        continue;
-      }
-      detail::supersede(spec, s);
-    }
     at::Tensor fresh;  // the first step's momentum buffer
-    if (!is_fast) {
+    if (!detail::fast(s, {live_buf})) {
       sgd_exact(s, o, step.inv_scale(), st, &fresh);
     } else {
       kernels::StepSpan span = detail::span_of(s, int(consts.size()));
-      if (speculative) {
-        detail::Shadow& sh = spec.shadows[s.p.unsafeGetTensorImpl()];
-        span.param_out = detail::buffer(sh.p, s.p);
-        if (o.momentum() != 0) {
-          // First step: the new buffer is written in the shadow's, nothing live is read.
-          span.m = first ? detail::buffer(sh.m, s.p) : live_buf.data_ptr<float>();
-          if (!first) span.m_out = detail::buffer(sh.m, live_buf);
-        }
-        sh.inputs = in;
-        sh.step = 0;
-        sh.pending = true;
-      } else {
-        if (first) fresh = at::empty_like(s.p, at::MemoryFormat::Contiguous);
-        if (o.momentum() != 0) span.m = (first ? fresh : live_buf).data_ptr<float>();
-      }
-      consts.push_back(c);
+      if (first) fresh = at::empty_like(s.p, at::MemoryFormat::Contiguous);
+      if (o.momentum() != 0) span.m = (first ? fresh : live_buf).data_ptr<float>();
+      consts.push_back(sgd_consts(o, step.inv_scale(), first));
       spans.push_back(span);
     }
-    if (first && !speculative) {
+    if (first) {
       auto ps = std::make_unique<torch::optim::SGDParamState>();
       ps->momentum_buffer(fresh);
-      state[detail::key_of(s.p)] = std::move(ps);
+      opt.state()[detail::key_of(s.p)] = std::move(ps);
     }
   }
   kernels::sgd_step(spans, consts, detail::threads_of(fused));
@@ -149,13 +183,17 @@ bool sgd_step(std::vector<torch::optim::OptimizerParamGroup>& groups, torch::opt
 }  // namespace
 
 bool FusedSGD::step_scaled(const ScaledStep& step) {
-  const bool stepped = sgd_step(param_groups_, *this, step, fused_, *spec_, false);
+  const bool stepped = sgd_step(param_groups_, *this, step, fused_, *spec_);
   drop_speculation();  // what was not taken
   return stepped;
 }
 
 void FusedSGD::speculate(const ScaledStep& step) {
-  sgd_step(param_groups_, *this, step, fused_, *spec_, true);
+  const std::vector<detail::Slot> slots = detail::collect(param_groups_, step, "FusedSGD");
+  if (detail::skipped(step)) return;
+  at::NoGradGuard no_grad;
+  SgdAccess access(param_groups_, state(), step.inv_scale(), fused_);
+  detail::speculate(slots, access, *spec_);
 }
 
 FusedSGD::~FusedSGD() {
