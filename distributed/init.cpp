@@ -131,13 +131,23 @@ bool interface_is_loopback(const std::string& name) {
   return any && all;
 }
 
-/// gloo's device, chosen as dist.h says. `refused` is set instead where the device would tell
-/// the other hosts' ranks to reach this one on loopback.
-std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::string& refused) {
-  const std::string me = "rank " + std::to_string(l.rank) + ": ";
-  bool master_local = false;
-  const std::string master_ip = resolve(l.master_addr, &master_local);
-  master_local = master_local || l.master_addr == "localhost";
+/// A rank's messages start with it: "rank 3: ".
+std::string rank_prefix(int rank) {
+  return "rank " + std::to_string(rank) + ": ";
+}
+
+/// What device_for needs to know of MASTER_ADDR, read once: resolving it asks the resolver.
+struct Master {
+  std::string ip;         // the first address it resolves to, or ""
+  bool local = false;     // every address it resolves to is loopback, or it is "localhost"
+  bool one_host = false;  // every rank runs on this host, as far as the launch says
+  std::string fix;        // what to do where gloo's device would be one other hosts cannot reach
+};
+
+Master master_of(const Launch& l) {
+  Master m;
+  m.ip = resolve(l.master_addr, &m.local);
+  m.local = m.local || l.master_addr == "localhost";
   // Loopback serves only where every rank runs here: MASTER_ADDR may name this host (torchrun's
   // and Slurm's host names resolve to 127.0.1.1 on Debian) while others run elsewhere.
   // A loopback address written as such (or "localhost") no other host could reach; a local size
@@ -146,32 +156,41 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
   const bool literal = l.master_addr == "localhost" ||
                        ::inet_pton(AF_INET, l.master_addr.c_str(), &numeric_addr) == 1 ||
                        ::inet_pton(AF_INET6, l.master_addr.c_str(), &numeric_addr) == 1;
-  const bool one_host = (master_local && literal) || l.world_size == 1 || l.local_world_size == 0 ||
-                        l.local_world_size == l.world_size;
-  const std::string fix = "set GLOO_SOCKET_IFNAME to the interface that reaches " + l.master_addr +
-                          " (`ip route get " + (master_ip.empty() ? l.master_addr : master_ip) +
-                          "` names it)";
-  if (const char* ifname = env("GLOO_SOCKET_IFNAME")) {
-    if (!(master_local && one_host) && interface_is_loopback(ifname)) {
-      refused = me + "GLOO_SOCKET_IFNAME=" + ifname + " is a loopback interface, while " +
-                (master_local ? "ranks run on other hosts ("s + std::to_string(l.local_world_size) +
-                                    " of " + std::to_string(l.world_size) + " here)"
-                              : "MASTER_ADDR " + l.master_addr + " is not a loopback address") +
-                ": ranks on other hosts could not reach this one; " + fix;
-      return nullptr;
-    }
-    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  m.one_host = (m.local && literal) || l.world_size == 1 || l.local_world_size == 0 ||
+               l.local_world_size == l.world_size;
+  m.fix = "set GLOO_SOCKET_IFNAME to the interface that reaches " + l.master_addr +
+          " (`ip route get " + (m.ip.empty() ? l.master_addr : m.ip) + "` names it)";
+  return m;
+}
+
+/// gloo's device on the interface GLOO_SOCKET_IFNAME names. Refused (`refused` set) where that
+/// interface is loopback while ranks run on other hosts: they could not reach this one there.
+std::shared_ptr<::gloo::transport::Device> device_on(const char* ifname, const Launch& l,
+                                                     const Master& m, std::string& refused) {
+  if (!(m.local && m.one_host) && interface_is_loopback(ifname)) {
+    refused = rank_prefix(l.rank) + "GLOO_SOCKET_IFNAME=" + ifname +
+              " is a loopback interface, while " +
+              (m.local ? "ranks run on other hosts ("s + std::to_string(l.local_world_size) +
+                             " of " + std::to_string(l.world_size) + " here)"
+                       : "MASTER_ADDR " + l.master_addr + " is not a loopback address") +
+              ": ranks on other hosts could not reach this one; " + m.fix;
+    return nullptr;
   }
-  if (master_local && one_host) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  const std::string host = detail::host_name();
-  bool host_local = false;
-  const std::string host_ip = resolve(host, &host_local);
-  if (!host_ip.empty() && !host_local) return c10d::ProcessGroupGloo::createDefaultDevice();
-  // Debian's /etc/hosts names the host 127.0.1.1: the address that reaches the master instead,
-  // or, on the master's own host, the address other hosts reach it at.
+  return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+}
+
+/// gloo's device where this host's name resolves to loopback (Debian's /etc/hosts names the host
+/// 127.0.1.1): the address that reaches the master instead, or, on the master's own host, the
+/// address other hosts reach it at. Refused (`refused` set) where neither is found.
+std::shared_ptr<::gloo::transport::Device> device_past_loopback_name(const Launch& l,
+                                                                     const Master& m,
+                                                                     const std::string& host,
+                                                                     const std::string& host_ip,
+                                                                     std::string& refused) {
+  const std::string me = rank_prefix(l.rank);
   std::string seen;
-  const std::string via = master_local ? outward_address(seen) : route_to(l.master_addr);
-  if (via.empty() && master_local) {
+  const std::string via = m.local ? outward_address(seen) : route_to(l.master_addr);
+  if (via.empty() && m.local) {
     refused = me + "this host's name '" + host + "' resolves to " +
               (host_ip.empty() ? "no address" : host_ip + ", a loopback address") +
               ", as does MASTER_ADDR " + l.master_addr + ", while ranks run on other hosts (" +
@@ -186,18 +205,31 @@ std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::stri
               (host_ip.empty() ? "no address" : host_ip + ", a loopback address") +
               " (as Debian's /etc/hosts sets it), and no route reaches MASTER_ADDR " +
               l.master_addr + "; gloo would tell the ranks on other hosts to reach this one " +
-              "there: " + fix;
+              "there: " + m.fix;
     return nullptr;
   }
   if (l.local_rank == 0)
     std::cerr << "ampactor::dist: " << me << "this host's name '" << host << "' resolves to "
               << (host_ip.empty() ? "no address" : host_ip + " (loopback)") << ", so gloo uses "
               << via
-              << (master_local ? ", the address other hosts reach this one at (MASTER_ADDR "
-                               : ", the address that reaches MASTER_ADDR ")
-              << l.master_addr << (master_local ? " is this host)" : "")
+              << (m.local ? ", the address other hosts reach this one at (MASTER_ADDR "
+                          : ", the address that reaches MASTER_ADDR ")
+              << l.master_addr << (m.local ? " is this host)" : "")
               << " (GLOO_SOCKET_IFNAME chooses another)" << std::endl;
   return c10d::ProcessGroupGloo::createDeviceForHostname(via);
+}
+
+/// gloo's device, chosen as dist.h says. `refused` is set instead where the device would tell
+/// the other hosts' ranks to reach this one on loopback.
+std::shared_ptr<::gloo::transport::Device> device_for(const Launch& l, std::string& refused) {
+  const Master m = master_of(l);
+  if (const char* ifname = env("GLOO_SOCKET_IFNAME")) return device_on(ifname, l, m, refused);
+  if (m.local && m.one_host) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  const std::string host = detail::host_name();
+  bool host_local = false;
+  const std::string host_ip = resolve(host, &host_local);
+  if (!host_ip.empty() && !host_local) return c10d::ProcessGroupGloo::createDefaultDevice();
+  return device_past_loopback_name(l, m, host, host_ip, refused);
 }
 
 /// Whether this rank is a client of torchrun's agent's store (dist.h).
@@ -206,34 +238,31 @@ bool agent_client() {
   return TORCH_VERSION_MAJOR >= 2;
 }
 
-World init_unreported(const Launch& launch, const DistOptions& options) {
-  const auto deadline = std::chrono::steady_clock::now() + options.timeout();
-  if (launch.world_size < 1 || launch.rank < 0 || launch.rank >= launch.world_size)
-    throw ScalerError(errc::bad_option, "ampactor::dist::init: rank " +
-                                            std::to_string(launch.rank) + " of " +
-                                            std::to_string(launch.world_size) + " ranks");
-  World w;
-  w.launch = launch;
-  const std::string me = "rank " + std::to_string(launch.rank) + ": ";
-  int port = launch.master_port;
-  const bool client = launch.agent_store && agent_client();
-  if (launch.agent_store && !client) {
-    // This LibTorch cannot talk to torchrun's store (LibTorch 1.x beside a 2.x torchrun):
-    // ampactor's own, beside it, chosen without a try.
-    const char* p = env("AMPACTOR_STORE_PORT");
-    port = p                            ? std::atoi(p)
-           : launch.master_port < 65535 ? launch.master_port + 1
-                                        : launch.master_port - 1;
-    if (port < 1 || port > 65535)
-      throw ScalerError(errc::bad_option, std::string("ampactor::dist: AMPACTOR_STORE_PORT=") + p +
-                                              " is not a port in [1, 65535]");
-    if (launch.rank == 0)
-      std::cerr << "ampactor::dist: torchrun's agent hosts the store at " << launch.master_addr
-                << ":" << launch.master_port << ", whose protocol this LibTorch (" << TORCH_VERSION
-                << ") does not speak; rank 0 hosts ampactor's own at " << launch.master_addr << ":"
-                << port << " (AMPACTOR_STORE_PORT names another)" << std::endl;
-  }
-  const std::string where = launch.master_addr + ":" + std::to_string(port);
+/// The store's port: MASTER_PORT, or, where this LibTorch cannot be a client of torchrun's
+/// agent's store, that of ampactor's own store beside it (said once).
+int store_port(const Launch& launch, bool client) {
+  if (!launch.agent_store || client) return launch.master_port;
+  // This LibTorch cannot talk to torchrun's store (LibTorch 1.x beside a 2.x torchrun):
+  // ampactor's own, beside it, chosen without a try.
+  const char* p = env("AMPACTOR_STORE_PORT");
+  const int port = p                            ? std::atoi(p)
+                   : launch.master_port < 65535 ? launch.master_port + 1
+                                                : launch.master_port - 1;
+  if (port < 1 || port > 65535)
+    throw ScalerError(errc::bad_option, std::string("ampactor::dist: AMPACTOR_STORE_PORT=") + p +
+                                            " is not a port in [1, 65535]");
+  if (launch.rank == 0)
+    std::cerr << "ampactor::dist: torchrun's agent hosts the store at " << launch.master_addr << ":"
+              << launch.master_port << ", whose protocol this LibTorch (" << TORCH_VERSION
+              << ") does not speak; rank 0 hosts ampactor's own at " << launch.master_addr << ":"
+              << port << " (AMPACTOR_STORE_PORT names another)" << std::endl;
+  return port;
+}
+
+/// The run's store at `where` (MASTER_ADDR:`port`), hosted by rank 0 unless this rank is a client
+/// of torchrun's agent's; under torchrun, its keys under this attempt's prefix.
+c10::intrusive_ptr<c10d::Store> open_store(const Launch& launch, const DistOptions& options,
+                                           int port, bool client, const std::string& where) {
   const std::string host = client ? "torchrun's agent" : "rank 0";
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
@@ -245,15 +274,51 @@ World init_unreported(const Launch& launch, const DistOptions& options) {
     so.timeout = options.timeout();
     tcp = c10::make_intrusive<c10d::TCPStore>(launch.master_addr, so);
   } catch (const std::exception& e) {
-    throw ScalerError(errc::rank_failed, me + "the store at " + where + " cannot be reached (" +
-                                             host + " hosts it): " + detail::brief(e));
+    throw ScalerError(errc::rank_failed, rank_prefix(launch.rank) + "the store at " + where +
+                                             " cannot be reached (" + host +
+                                             " hosts it): " + detail::brief(e));
   }
   // A restart under torchrun must never meet the last attempt's keys (gloo's addresses among
   // them) in a store that outlived it.
-  w.store = tcp;
   if (launch.launcher == "torchrun")
-    w.store = c10::make_intrusive<c10d::PrefixStore>(
+    return c10::make_intrusive<c10d::PrefixStore>(
         "attempt/" + launch.run_id + "/" + std::to_string(launch.restart), tcp);
+  return tcp;
+}
+
+/// The process group over gloo on `device`; the caller names what kept it from forming.
+c10::intrusive_ptr<c10d::ProcessGroup> gloo_group(
+    const c10::intrusive_ptr<c10d::Store>& store, const Launch& launch, const DistOptions& options,
+    std::shared_ptr<::gloo::transport::Device> device) {
+  auto go = c10d::ProcessGroupGloo::Options::create(options.timeout());
+  go->devices.push_back(device);
+  auto gloo =
+      c10::make_intrusive<c10d::ProcessGroupGloo>(store, launch.rank, launch.world_size, go);
+#if TORCH_VERSION_MAJOR >= 2
+  // LibTorch 2.x: gloo is a Backend that a ProcessGroup dispatches to, per device type (gloo
+  // takes CUDA tensors too, where two ranks share one GPU and NCCL would refuse them).
+  auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, launch.rank, launch.world_size);
+  pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+  for (const auto type : {c10::DeviceType::CPU, c10::DeviceType::CUDA})
+    pg->setBackend(type, c10d::ProcessGroup::BackendType::GLOO, gloo);
+  return pg;
+#else
+  return gloo;
+#endif
+}
+
+World init_unreported(const Launch& launch, const DistOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + options.timeout();
+  if (launch.world_size < 1 || launch.rank < 0 || launch.rank >= launch.world_size)
+    throw ScalerError(errc::bad_option, "ampactor::dist::init: rank " +
+                                            std::to_string(launch.rank) + " of " +
+                                            std::to_string(launch.world_size) + " ranks");
+  World w;
+  w.launch = launch;
+  const bool client = launch.agent_store && agent_client();
+  const int port = store_port(launch, client);
+  const std::string where = launch.master_addr + ":" + std::to_string(port);
+  w.store = open_store(launch, options, port, client, where);
   // Beating from here: a rank that dies while the group forms is named like one that dies later.
   auto watch = std::make_unique<detail::Watch>(w.store, launch.rank, launch.world_size, options);
   watch->hosted_by(where, !client);
@@ -261,23 +326,10 @@ World init_unreported(const Launch& launch, const DistOptions& options) {
   auto device = device_for(launch, refused);
   watch->join(deadline, refused);
   try {
-    auto go = c10d::ProcessGroupGloo::Options::create(options.timeout());
-    go->devices.push_back(device);
-    auto gloo =
-        c10::make_intrusive<c10d::ProcessGroupGloo>(w.store, launch.rank, launch.world_size, go);
-#if TORCH_VERSION_MAJOR >= 2
-    // LibTorch 2.x: gloo is a Backend that a ProcessGroup dispatches to, per device type (gloo
-    // takes CUDA tensors too, where two ranks share one GPU and NCCL would refuse them).
-    w.pg = c10::make_intrusive<c10d::ProcessGroup>(w.store, launch.rank, launch.world_size);
-    w.pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
-    for (const auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA})
-      w.pg->setBackend(device, c10d::ProcessGroup::BackendType::GLOO, gloo);
-#else
-    w.pg = std::move(gloo);
-#endif
+    w.pg = gloo_group(w.store, launch, options, std::move(device));
   } catch (const std::exception& e) {
     throw ScalerError(errc::rank_failed,
-                      me + "the process group (gloo, store at " + where +
+                      rank_prefix(launch.rank) + "the process group (gloo, store at " + where +
                           ") did not form: " + watch->diagnose(detail::brief(e)));
   }
   w.ranks = detail::over_watched(w.pg, w.store, launch.rank, launch.world_size, options,

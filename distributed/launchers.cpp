@@ -83,6 +83,77 @@ bool in_slurm_step() {
   return env("SLURM_STEP_ID") || env("SLURM_STEPID");
 }
 
+/// The first form whose rank and size are set, in dist.h's order; else throws, naming what is
+/// missing.
+const Form& form_from_env() {
+  for (const Form& f : kForms) {
+    if (!env(f.rank) || !env(f.size)) continue;
+    if (std::string(f.launcher) == "Slurm" && !in_slurm_step()) continue;
+    return f;
+  }
+  // A half-set form is a mistake worth naming before the list of every form.
+  for (const Form& f : kForms)
+    if (bool(env(f.rank)) != bool(env(f.size)))
+      throw ScalerError(errc::bad_option, std::string("ampactor::dist: ") +
+                                              (env(f.rank) ? f.rank : f.size) + " is set but " +
+                                              (env(f.rank) ? f.size : f.rank) + " is not");
+  throw ScalerError(errc::bad_option,
+                    "ampactor::dist: no launcher's variables are set; looked for " + looked_for() +
+                        ". Launch with ampactor-launch, torchrun, mpirun or srun, or set RANK "
+                        "and WORLD_SIZE");
+}
+
+/// Slurm's local size, which it does not set: this node's count in its tasks-per-node list; a
+/// one-node step has all.
+void read_slurm_local_size(Launch& l) {
+  const int max = std::numeric_limits<int>::max();
+  const char* tasks = env("SLURM_STEP_TASKS_PER_NODE") ? env("SLURM_STEP_TASKS_PER_NODE")
+                                                       : env("SLURM_TASKS_PER_NODE");
+  if (tasks && env("SLURM_NODEID"))
+    l.local_world_size = slurm_tasks_on(tasks, env_int("SLURM_NODEID", 0, max, 0));
+  const char* nodes = env("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
+  if (env_int(nodes, 1, max, 0) == 1) l.local_world_size = l.world_size;
+}
+
+/// torchrun's own variables: whether its agent hosts the store, the restart and the run id.
+void read_torchrun(Launch& l) {
+  l.launcher = "torchrun";
+  const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+  l.agent_store = agent && (std::string(agent) == "True" || std::string(agent) == "1");
+  l.restart = env_int("TORCHELASTIC_RESTART_COUNT", 0, std::numeric_limits<int>::max(), 0);
+  l.run_id = env("TORCHELASTIC_RUN_ID");
+}
+
+/// Where rank 0 runs: MASTER_ADDR, else Slurm's first host, else the default (127.0.0.1); refused
+/// where Open MPI or PMI, which do not say it, started ranks on other hosts too.
+void read_master_addr(Launch& l) {
+  if (const char* a = env("MASTER_ADDR"))
+    l.master_addr = a;
+  else if (l.launcher == "Slurm") {
+    const char* list =
+        env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_NODELIST");
+    if (list) l.master_addr = first_slurm_host(list);
+  } else if ((l.launcher == "Open MPI" || l.launcher == "PMI") && l.local_world_size &&
+             l.local_world_size < l.world_size) {
+    // Neither says where rank 0 runs: 127.0.0.1 would leave the other hosts' ranks waiting
+    // out their timeout on a store that is not there.
+    throw ScalerError(errc::bad_option,
+                      "ampactor::dist: " + l.launcher + " started " + std::to_string(l.world_size) +
+                          " ranks, " + std::to_string(l.local_world_size) +
+                          " of them on this host, and MASTER_ADDR is not set: name rank 0's "
+                          "host (mpirun -x MASTER_ADDR=<host>)");
+  }
+}
+
+/// MASTER_PORT, else the default, or under Slurm a port per job, so that two jobs sharing a node
+/// do not meet on one.
+int master_port_from_env(const Launch& l) {
+  int port = l.master_port;
+  if (l.launcher == "Slurm" && env("SLURM_JOB_ID"))
+    port = 15000 + env_int("SLURM_JOB_ID", 0, std::numeric_limits<int>::max(), 0) % 20000;
+  return env_int("MASTER_PORT", 1, 65535, port);
+}
+
 }  // namespace
 
 std::string first_slurm_host(const std::string& nodelist) {
@@ -113,69 +184,16 @@ std::string first_slurm_host(const std::string& nodelist) {
 Launch launch_from_env() {
   Launch l;
   const int max = std::numeric_limits<int>::max();
-  const Form* form = nullptr;
-  for (const Form& f : kForms) {
-    if (!env(f.rank) || !env(f.size)) continue;
-    if (std::string(f.launcher) == "Slurm" && !in_slurm_step()) continue;
-    form = &f;
-    break;
-  }
-  if (!form) {
-    // A half-set form is a mistake worth naming before the list of every form.
-    for (const Form& f : kForms)
-      if (bool(env(f.rank)) != bool(env(f.size)))
-        throw ScalerError(errc::bad_option, std::string("ampactor::dist: ") +
-                                                (env(f.rank) ? f.rank : f.size) + " is set but " +
-                                                (env(f.rank) ? f.size : f.rank) + " is not");
-    throw ScalerError(errc::bad_option,
-                      "ampactor::dist: no launcher's variables are set; looked for " +
-                          looked_for() +
-                          ". Launch with ampactor-launch, torchrun, mpirun or srun, or set RANK "
-                          "and WORLD_SIZE");
-  }
-  l.world_size = env_int(form->size, 1, 1 << 20, 0);
-  l.rank = env_int(form->rank, 0, l.world_size - 1, 0);
-  l.local_rank = env_int(form->local_rank, 0, max, l.rank);
-  if (form->local_size) l.local_world_size = env_int(form->local_size, 1, max, 0);
-  // Slurm's local size: this node's count in its tasks-per-node list; a one-node step has all.
-  if (std::string(form->launcher) == "Slurm") {
-    const char* tasks = env("SLURM_STEP_TASKS_PER_NODE") ? env("SLURM_STEP_TASKS_PER_NODE")
-                                                         : env("SLURM_TASKS_PER_NODE");
-    if (tasks && env("SLURM_NODEID"))
-      l.local_world_size = slurm_tasks_on(tasks, env_int("SLURM_NODEID", 0, max, 0));
-    const char* nodes = env("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
-    if (env_int(nodes, 1, max, 0) == 1) l.local_world_size = l.world_size;
-  }
-  l.launcher = form->launcher;
-  const bool torchrun = l.launcher == "RANK/WORLD_SIZE" && env("TORCHELASTIC_RUN_ID");
-  if (torchrun) {
-    l.launcher = "torchrun";
-    const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
-    l.agent_store = agent && (std::string(agent) == "True" || std::string(agent) == "1");
-    l.restart = env_int("TORCHELASTIC_RESTART_COUNT", 0, max, 0);
-    l.run_id = env("TORCHELASTIC_RUN_ID");
-  }
-  if (const char* a = env("MASTER_ADDR"))
-    l.master_addr = a;
-  else if (l.launcher == "Slurm") {
-    const char* list =
-        env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_NODELIST");
-    if (list) l.master_addr = first_slurm_host(list);
-  } else if ((l.launcher == "Open MPI" || l.launcher == "PMI") && l.local_world_size &&
-             l.local_world_size < l.world_size) {
-    // Neither says where rank 0 runs: 127.0.0.1 would leave the other hosts' ranks waiting
-    // out their timeout on a store that is not there.
-    throw ScalerError(errc::bad_option,
-                      "ampactor::dist: " + l.launcher + " started " + std::to_string(l.world_size) +
-                          " ranks, " + std::to_string(l.local_world_size) +
-                          " of them on this host, and MASTER_ADDR is not set: name rank 0's "
-                          "host (mpirun -x MASTER_ADDR=<host>)");
-  }
-  int port = l.master_port;
-  // A port per Slurm job, so that two jobs sharing a node do not meet on one.
-  if (l.launcher == "Slurm" && env("SLURM_JOB_ID"))
-    port = 15000 + env_int("SLURM_JOB_ID", 0, max, 0) % 20000;
-  l.master_port = env_int("MASTER_PORT", 1, 65535, port);
+  const Form& form = form_from_env();
+  l.world_size = env_int(form.size, 1, 1 << 20, 0);
+  l.rank = env_int(form.rank, 0, l.world_size - 1, 0);
+  l.local_rank = env_int(form.local_rank, 0, max, l.rank);
+  if (form.local_size) l.local_world_size = env_int(form.local_size, 1, max, 0);
+  if (std::string(form.launcher) == "Slurm") read_slurm_local_size(l);
+  l.launcher = form.launcher;
+  if (l.launcher == "RANK/WORLD_SIZE" && env("TORCHELASTIC_RUN_ID")) read_torchrun(l);
+  read_master_addr(l);
+  l.master_port = master_port_from_env(l);
   return l;
 }
 

@@ -1,5 +1,6 @@
-// A rank's watch over the others: what it says in the store (joined, heartbeat, survivor, verdict,
-// left) and how a failing rank names the culprit from what the others said there.
+// A rank's watch over the others: what it says in the store (heartbeat, survivor, verdict, left;
+// joining is watch_join.cpp's) and how a failing rank names the culprit from what the others said
+// there.
 #include "watch.h"
 
 #include <ampactor/core/errors.h>
@@ -7,7 +8,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <sstream>
 
 namespace ampactor::dist::detail {
 namespace {
@@ -18,23 +18,6 @@ using std::chrono::milliseconds;
 std::int64_t ns_of(clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
-std::string ms_of(clock::duration d) {
-  return std::to_string(std::chrono::duration_cast<milliseconds>(d).count()) + " ms";
-}
-
-/// "rank 2", "ranks 0, 1", "no rank".
-std::string ranks_text(const std::vector<int>& rs) {
-  if (rs.empty()) return "no rank";
-  std::string s = rs.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < rs.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(rs[i]);
-  return s;
-}
-
-const char* const kJoined = "ampactor/joined";
-const char* const kWorld = "ampactor/world";
-const char* const kRefused = "ampactor/refused";
-const char* const kRefusedSeen = "ampactor/refused_seen";
 
 }  // namespace
 
@@ -76,94 +59,6 @@ void Watch::hosted_by(std::string where, bool rank0) {
 
 std::string Watch::store_host() const {
   return rank0_hosts_ ? "rank 0, which hosts it," : "torchrun's agent, which hosts it,";
-}
-
-void Watch::refuse_all(const std::string& why) {
-  // The first reason stays: every rank then reads the one that started it.
-  store_->compareSet(kRefused, {}, bytes_of(why));
-  refused(why);
-}
-
-void Watch::refused(const std::string& why) {
-  store_->add(kRefusedSeen, 1);
-  // Rank 0 hosts the store: it stays until as many processes as the run has ranks have read why
-  // (a rank still to come finds the reason, not a store gone), at most the timeout.
-  if (rank_ == 0 && rank0_hosts_) {
-    const auto deadline = clock::now() + options_.timeout();
-    while (store_->add(kRefusedSeen, 0) < size_ && clock::now() < deadline)
-      std::this_thread::sleep_for(options_.heartbeat());
-  }
-  throw ScalerError(errc::rank_failed, why);
-}
-
-void Watch::join(clock::time_point deadline, const std::string& own_refusal) {
-  const std::string me = "rank " + std::to_string(rank_) + ": ";
-  const std::string at = "the store" + (where_.empty() ? "" : " at " + where_);
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r)
-    keys.push_back(key("joined", r));
-  try {
-    const Place here = Place::here();
-    const std::string host = here.host_name.empty() ? "-" : here.host_name;
-    // The first rank's world size is the run's: one launched with another is refused at once.
-    const std::string mine = std::to_string(size_) + " " + std::to_string(rank_) + " " + host;
-    std::istringstream first(string_of(store_->compareSet(kWorld, {}, bytes_of(mine))));
-    int world = size_, by = rank_;
-    std::string by_host;
-    first >> world >> by >> by_host;
-    if (world != size_)
-      refuse_all(me + "WORLD_SIZE=" + std::to_string(size_) + " here (on " + host + "), but rank " +
-                 std::to_string(by) + " (on " + by_host +
-                 ") has WORLD_SIZE=" + std::to_string(world) +
-                 ": every rank must be started with one world size (ampactor-launch: the same "
-                 "--nnodes and --nproc on every node)");
-    if (!own_refusal.empty()) refuse_all(own_refusal);
-    // One process a rank: a second claim of it is refused at once, naming the first.
-    const std::int64_t claim = store_->add(key("claim", rank_), 1);
-    const std::string place_key = key("claimed", rank_) + "/" + std::to_string(claim);
-    store_->set(place_key, bytes_of(here.text()));
-    if (claim > 1) {
-      const std::string first_key = key("claimed", rank_) + "/1";
-      std::string other = "another process";
-      try {
-        store_->wait({first_key}, std::chrono::seconds(1));
-        const Place p = Place::parse(string_of(store_->get(first_key)));
-        other = "process " + std::to_string(p.pid) + " on " +
-                (p.host_name.empty() ? std::string("another host") : p.host_name);
-      } catch (const std::exception&) {
-      }
-      left_ = true;  // the rank is the first claimer's: this one never says it left
-      refuse_all("rank " + std::to_string(rank_) + " joined twice: " + other + " and process " +
-                 std::to_string(here.pid) + " on " + host +
-                 " (two launches given the same ranks: each node needs its own --node-rank)");
-    }
-    store_->set(keys[std::size_t(rank_)], bytes_of(here.text()));
-    // A count to poll (one key, however many ranks), the keys to name who is missing.
-    store_->add(kJoined, 1);
-    while (!(store_->add(kJoined, 0) >= size_ && store_->check(keys))) {
-      if (store_->check({kRefused}))
-        refused(me + "the run was refused: " + string_of(store_->get(kRefused)));
-      const auto now = clock::now();
-      if (now >= deadline) {
-        std::vector<int> in, out;
-        for (int r = 0; r < size_; ++r)
-          (store_->check({keys[std::size_t(r)]}) ? in : out).push_back(r);
-        throw ScalerError(errc::rank_failed,
-                          me + ranks_text(in) + " of " + std::to_string(size_) + " joined " + at +
-                              " within the " + ms_of(options_.timeout()) + " timeout; " +
-                              ranks_text(out) +
-                              " did not (not started, or failed before reaching the store)");
-      }
-      std::this_thread::sleep_for(std::min<clock::duration>(options_.heartbeat(), deadline - now));
-    }
-    for (int r = 0; r < size_; ++r)
-      places_.push_back(Place::parse(string_of(store_->get(keys[std::size_t(r)]))));
-  } catch (const ScalerError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw ScalerError(errc::rank_failed, me + at + " failed while the ranks joined (" + brief(e) +
-                                             "): " + store_host() + " is gone or unreachable");
-  }
 }
 
 std::string Watch::diagnose(const std::string& error) {

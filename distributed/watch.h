@@ -32,6 +32,10 @@ std::vector<std::uint8_t> bytes_of(const std::string& s);
 std::string string_of(const std::vector<std::uint8_t>& b);
 /// An exception's first line: c10d's errors carry a backtrace that no rank's message needs.
 std::string brief(const std::exception& e);
+/// A duration in whole milliseconds, for messages: "3000 ms".
+inline std::string ms_of(std::chrono::steady_clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
 
 /// The process behind a rank, as it wrote it into the store when it joined.
 struct Place {

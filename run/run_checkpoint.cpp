@@ -152,6 +152,71 @@ struct Checked {
   std::string model_digests;  // check_module's: a line per tensor
 };
 
+/// The optimizer's part into `opt_ar`, checked against the live optimizer before any load (its
+/// kind, groups and options); the groups' options as read kept, for LibTorch 1.13 drops them.
+void check_optimizer_part(torch::serialize::InputArchive& all, const RunParts& parts,
+                          torch::serialize::InputArchive& opt_ar, Checked& c) {
+  part(all, "optimizer", opt_ar);
+  c10::IValue kind;
+  if (all.try_read(internal::kOptimizerKind, kind) && !kind.isString())
+    refuse("optimizer", "its kind is not a name");
+  try {
+    c.opt_options = internal::check_optimizer_file(
+        opt_ar, kind.isString() ? kind.toStringRef() : "", *parts.optimizer());
+  } catch (const std::invalid_argument& e) {
+    refuse("optimizer", e.what());
+  }
+}
+
+/// The scaler's part, loaded into a scratch state: the scaler's own refusals, the live scaler
+/// left as it is.
+void check_scaler_part(torch::serialize::InputArchive& all, const RunParts& parts, Checked& c) {
+  torch::serialize::InputArchive a;
+  part(all, "scaler", a);
+  try {
+    c.scaler_sd = read_state_dict(a);
+    ScaleState scratch(parts.scaler()->options());
+    load_state_dict(scratch, *c.scaler_sd);  // the scaler's own refusals
+  } catch (const ScalerError& e) {
+    refuse("scaler", e.what());
+  }
+}
+
+/// The pipeline's part, checked by the pipeline and kept, to apply once everything has passed.
+void check_pipeline_part(torch::serialize::InputArchive& all, const RunParts& parts, Checked& c) {
+  torch::serialize::InputArchive a;
+  part(all, "pipeline", a);
+  try {
+    c.pipe_loaded = internal::RunAccess::checked_load(*parts.pipeline(), a);
+  } catch (const ScalerError& e) {
+    refuse("pipeline", e.what());
+  }
+}
+
+/// The optimizer loaded from `opt_ar` (only LibTorch reads it) and checked after: a snapshot taken
+/// first puts it back on an error.
+void load_optimizer_checked(const RunParts& parts, torch::serialize::InputArchive& opt_ar,
+                            Checked& c) {
+  torch::serialize::OutputArchive snap;
+  parts.optimizer()->save(snap);
+  snap.save_to(c.opt_snapshot);
+  c.opt_options_before = internal::group_options(*parts.optimizer());
+  try {
+    try {
+      parts.optimizer()->load(opt_ar);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(libtorch_reason(e, internal::optimizer_kind(*parts.optimizer())));
+    }
+    internal::check_optimizer_state(*parts.optimizer());
+    // LibTorch 1.13's load reads each group's options and drops them.
+    internal::set_group_options(*parts.optimizer(), c.opt_options);
+  } catch (const std::exception& e) {
+    restore_optimizer(parts, c.opt_snapshot, c.opt_options_before);
+    if (dynamic_cast<const ScalerError*>(&e)) throw;
+    refuse("optimizer", e.what());
+  }
+}
+
 /// Everything ampactor can check of the file at `path`, checked; the optimizer, which only
 /// LibTorch reads, loaded from a snapshot-backed copy and checked after (put back on an error).
 void check_run(const std::string& path, const RunParts& parts, Checked& c) {
@@ -165,62 +230,13 @@ void check_run(const std::string& path, const RunParts& parts, Checked& c) {
     part(all, "model", c.model_ar);
     check_module(*parts.model(), c.model_ar, "", c.model_digests);
   }
-  if (parts.optimizer()) {
-    part(all, "optimizer", opt_ar);
-    c10::IValue kind;
-    if (all.try_read(internal::kOptimizerKind, kind) && !kind.isString())
-      refuse("optimizer", "its kind is not a name");
-    try {
-      c.opt_options = internal::check_optimizer_file(
-          opt_ar, kind.isString() ? kind.toStringRef() : "", *parts.optimizer());
-    } catch (const std::invalid_argument& e) {
-      refuse("optimizer", e.what());
-    }
-  }
-  if (parts.scaler()) {
-    torch::serialize::InputArchive a;
-    part(all, "scaler", a);
-    try {
-      c.scaler_sd = read_state_dict(a);
-      ScaleState scratch(parts.scaler()->options());
-      load_state_dict(scratch, *c.scaler_sd);  // the scaler's own refusals
-    } catch (const ScalerError& e) {
-      refuse("scaler", e.what());
-    }
-  }
-  if (parts.pipeline()) {
-    torch::serialize::InputArchive a;
-    part(all, "pipeline", a);
-    try {
-      c.pipe_loaded = internal::RunAccess::checked_load(*parts.pipeline(), a);
-    } catch (const ScalerError& e) {
-      refuse("pipeline", e.what());
-    }
-  }
+  if (parts.optimizer()) check_optimizer_part(all, parts, opt_ar, c);
+  if (parts.scaler()) check_scaler_part(all, parts, c);
+  if (parts.pipeline()) check_pipeline_part(all, parts, c);
   // The pipeline waits for its steps first, so none writes the optimizer meanwhile (a sharded
   // one did, before its ranks read their shards: its sync is a collective).
   if (parts.pipeline() && !sharded(parts)) parts.pipeline()->sync();
-  if (parts.optimizer()) {
-    torch::serialize::OutputArchive snap;
-    parts.optimizer()->save(snap);
-    snap.save_to(c.opt_snapshot);
-    c.opt_options_before = internal::group_options(*parts.optimizer());
-    try {
-      try {
-        parts.optimizer()->load(opt_ar);
-      } catch (const std::exception& e) {
-        throw std::invalid_argument(
-            libtorch_reason(e, internal::optimizer_kind(*parts.optimizer())));
-      }
-      internal::check_optimizer_state(*parts.optimizer());
-      // LibTorch 1.13's load reads each group's options and drops them.
-      internal::set_group_options(*parts.optimizer(), c.opt_options);
-    } catch (const std::exception& e) {
-      restore_optimizer(parts, c.opt_snapshot, c.opt_options_before);
-      if (dynamic_cast<const ScalerError*>(&e)) throw;
-      refuse("optimizer", e.what());
-    }
-  }
+  if (parts.optimizer()) load_optimizer_checked(parts, opt_ar, c);
 }
 
 /// load_run of one file. With `agreed` (ranks), this rank's error, or "" with the file's step and

@@ -50,64 +50,6 @@ std::string known_list() {
   return s;
 }
 
-TraceHeader read_header(const json& j) {
-  if (!j.is_object()) throw Bad("the header must be a JSON object, got " + json_kind(j));
-  auto t = j.find("trace");
-  if (t == j.end() || !t->is_string() || *t != "ampactor")
-    throw Bad("not an ampactor trace: the header needs \"trace\": \"ampactor\"");
-  Reader r{j, "header"};
-  r.seen.emplace_back("trace");
-  std::int64_t version = 0;
-  r.integer("version", version);
-  if (version < 1 || version > trace_schema_version)
-    throw Bad("unsupported trace schema version " + std::to_string(version) +
-              " (this build reads versions 1 to " + std::to_string(trace_schema_version) + ")");
-  TraceHeader h;
-  h.version = int(version);
-  std::string policy;
-  r("policy", policy);
-  if (policy == "exact")
-    h.policy = ScalePolicy::exact;
-  else if (policy == "lagged")
-    h.policy = ScalePolicy::lagged;
-  else
-    throw Bad("header.policy: expected \"exact\" or \"lagged\", got \"" + policy + "\"");
-  const json& o = r.at("options");
-  if (!o.is_object()) r.wrong("options", o, "an object");
-  Reader ro{o, "header.options"};
-  OptionValues values;
-  values.apply(ro);
-  RuleValues rule;
-  if (o.contains("rule")) {
-    if (version < 4) throw Bad("header.options: unknown field \"rule\" (since version 4)");
-    const json& jr = ro.at("rule");
-    if (!jr.is_object()) ro.wrong("rule", jr, "an object");
-    Reader rr{jr, "header.options.rule"};
-    rule.apply(rr);
-    rr.done();
-  }
-  GuardValues guard;
-  if (o.contains("guard")) {
-    if (version < 7) throw Bad("header.options: unknown field \"guard\" (since version 7)");
-    const json& jg = ro.at("guard");
-    if (!jg.is_object()) ro.wrong("guard", jg, "an object");
-    Reader rg{jg, "header.options.guard"};
-    guard.apply(rg);
-    rg.done();
-  }
-  ro.done();
-  r.done();
-  try {
-    h.opts = values.options();
-    rule.set(h.opts);
-    guard.set(h.opts);
-    h.opts.validate();
-  } catch (const ScalerError& e) {
-    throw Bad(std::string("header.options: ") + e.what());
-  }
-  return h;
-}
-
 /// Reads a message with its type's reader: everything read_v1 did not take.
 void read_known(TraceEvent& e, const std::string& type, const json& msg, int version) {
   const Known* kind = nullptr;
@@ -303,10 +245,6 @@ std::string read_trailer(const json& j, std::size_t events) {
   return stopped;
 }
 
-}  // namespace
-
-namespace {
-
 /// A trace's JSON nests a few levels (the header's rule options are the deepest); a line that
 /// nests deeper is refused as it is parsed, before any deep value exists to print or destroy
 /// recursively (a 170 KB line of brackets crashed the reader's error text).
@@ -320,20 +258,59 @@ json parse_line(const std::string& text) {
   });
 }
 
+/// What parse_trace has read so far, besides the trace itself.
+struct Progress {
+  bool have_header = false;
+  bool trailer_seen = false;
+  OwnRanks own_ranks;
+};
+
+/// A parsed line into `t`: the header first, then the events, and from version 3 the trailer.
+void add_line(const json& j, std::size_t line, Trace& t, Progress& p) {
+  if (!p.have_header) {
+    t.header = read_header(j);
+    p.have_header = true;
+    t.complete = t.header.version < 3;  // from version 3, complete once its trailer is read
+  } else if (t.header.version >= 3 && j.is_object() && j.contains("end")) {
+    const std::string stopped = read_trailer(j, t.events.size());
+    p.trailer_seen = true;
+    t.complete = stopped.empty();  // a recording whose writes failed ends early, saying so
+    if (!stopped.empty()) t.stopped_at = line, t.stop_reason = stopped;
+  } else {
+    TraceEvent e = read_event(j, t.events.size(), t.header.version);
+    if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) p.own_ranks.check(*d);
+    t.events.push_back(std::move(e));
+    t.lines.push_back(line);
+  }
+}
+
+/// Line `line`'s `text` into `t`; why it cannot be read, or nothing where it was.
+std::optional<std::string> read_line(const std::string& text, std::size_t line, Trace& t,
+                                     Progress& p) {
+  try {
+    add_line(parse_line(text), line, t, p);
+    return std::nullopt;
+  } catch (const json::parse_error& e) {
+    return "not valid JSON (truncated or corrupt line): " + std::string(e.what());
+  } catch (const Bad& b) {
+    return std::string(b.what());
+  } catch (const json::exception& e) {  // out_of_range for 1e309; a value of an unexpected type
+    return std::string(e.what());
+  }
+}
+
 }  // namespace
 
 Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
   Trace t;
+  Progress p;
   std::string text;
   std::size_t line = 0;
-  bool have_header = false;
   bool blank_seen = false;
-  bool trailer_seen = false;
   std::size_t blank_line = 0;
-  OwnRanks own_ranks;
   // A bad line ends the intact part when reading a prefix; the header must be whole either way.
   auto stop = [&](std::size_t at, const std::string& why) {
-    if (!prefix || !have_header) throw TraceError(source, at, why);
+    if (!prefix || !p.have_header) throw TraceError(source, at, why);
     t.complete = false;
     t.stopped_at = at;
     t.stop_reason = why;
@@ -349,41 +326,17 @@ Trace parse_trace(std::istream& in, const std::string& source, bool prefix) {
       stop(blank_line, "empty line inside the trace");
       break;
     }
-    if (trailer_seen) {
+    if (p.trailer_seen) {
       stop(line, "a line after the trailer");
       break;
     }
-    std::string why;
-    try {
-      const json j = parse_line(text);
-      if (!have_header) {
-        t.header = read_header(j);
-        have_header = true;
-        t.complete = t.header.version < 3;  // from version 3, complete once its trailer is read
-      } else if (t.header.version >= 3 && j.is_object() && j.contains("end")) {
-        const std::string stopped = read_trailer(j, t.events.size());
-        trailer_seen = true;
-        t.complete = stopped.empty();  // a recording whose writes failed ends early, saying so
-        if (!stopped.empty()) t.stopped_at = line, t.stop_reason = stopped;
-      } else {
-        TraceEvent e = read_event(j, t.events.size(), t.header.version);
-        if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) own_ranks.check(*d);
-        t.events.push_back(std::move(e));
-        t.lines.push_back(line);
-      }
-      continue;
-    } catch (const json::parse_error& e) {
-      why = "not valid JSON (truncated or corrupt line): " + std::string(e.what());
-    } catch (const Bad& b) {
-      why = b.what();
-    } catch (const json::exception& e) {  // out_of_range for 1e309; a value of an unexpected type
-      why = e.what();
+    if (const auto why = read_line(text, line, t, p)) {
+      stop(line, *why);
+      break;
     }
-    stop(line, why);
-    break;
   }
   if (in.bad()) throw TraceError(source, line, "read error");
-  if (!have_header) throw TraceError(source, 1, "empty trace: no header line");
+  if (!p.have_header) throw TraceError(source, 1, "empty trace: no header line");
   return t;
 }
 

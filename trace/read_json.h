@@ -1,5 +1,5 @@
-// The trace reader's JSON checks, shared by read.cpp (the current schema) and read_old.cpp (older
-// versions brought up to date). Internal to the trace library.
+// The trace reader's JSON checks, shared by read.cpp (the current schema), read_header.cpp (the
+// header line) and read_old.cpp (older versions brought up to date). Internal to the trace library.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -148,6 +148,10 @@ struct Reader {
         throw Bad(where + ": unknown field \"" + it.key() + "\"");
   }
 };
+
+/// A trace's header line: "trace": "ampactor", a schema version this build reads, the policy and
+/// the scaler's options, refused as the scaler refuses them (read_header.cpp).
+TraceHeader read_header(const json& j);
 
 /// A version 1 message that version 2 replaced, as its version 2 value (nullopt: not one).
 std::optional<TraceMessage> read_v1(const std::string& type, const json& j);

@@ -80,6 +80,14 @@ inline Run launch(const std::string& name, int n, std::vector<std::string> args,
   return r;
 }
 
+/// A worker's arguments as one line, for CAPTURE.
+inline std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& a : v)
+    s += a + " ";
+  return s;
+}
+
 /// The (scale, found_inf) lines of a rank's output.
 inline std::vector<std::pair<double, int>> trajectory(const std::string& out) {
   std::vector<std::pair<double, int>> t;
