@@ -6,7 +6,7 @@
 #     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev libgloo-dev)
 # (libgloo-dev: gloo's headers, which ampactor::distributed needs and a PyTorch wheel lacks.)
 #
-# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload
+# Usage: scripts/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload
 # offload_long overlap gpt)
 # The offload cases' tests run in ctest; the offload step runs the benchmark alone.
 # Logs go to $LOGDIR (default $OUT, else /tmp/ampactor-gpu), one file per step.
@@ -55,7 +55,7 @@ step_ctest() {
   (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 300 $CTEST_ARGS \
     --output-junit gpu-junit.xml) ||
     rc=1
-  sh cmake/ctest-summary.sh "$BUILD/gpu-junit.xml"
+  sh scripts/ctest-summary.sh "$BUILD/gpu-junit.xml"
   echo "skipped (none of them may need a GPU):"
   grep -o '<testcase name="[^"]*"[^>]*status="notrun"' "$BUILD/gpu-junit.xml" |
     sed 's/<testcase name="\([^"]*\)".*/  \1/'
