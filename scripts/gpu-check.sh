@@ -119,15 +119,15 @@ step_overlap() {
     sanitize memcheck ampactor-tests-pipeline '--test-case=offload? overlap*'
 }
 
-# The small GPT three ways against PyTorch (bench/gpt_torch.py), on the project's own text.
+# The small GPT three ways against PyTorch (bench/gpt/gpt_torch.py), on the project's own text.
 step_gpt() {
   local dir=$LOGDIR/gpt text=/tmp/ampactor-gpt-text.txt
   mkdir -p "$dir"
   # shellcheck disable=SC2046
   cat README.md CHANGELOG.md $(find doc demo bench -name '*.md' | LC_ALL=C sort) >"$text"
-  python3 bench/gpt_torch.py --text "$text" --out "$dir" &&
+  python3 bench/gpt/gpt_torch.py --text "$text" --out "$dir" &&
     "$BUILD/bench/ampactor-bench-gpt" --text "$text" --out "$dir" &&
-    python3 bench/gpt_torch.py --compare "$dir" || return 1
+    python3 bench/gpt/gpt_torch.py --compare "$dir" || return 1
   # With deterministic kernels a run repeats itself bit for bit, and overlap_backward is offload's.
   local a=$dir/deterministic-a b=$dir/deterministic-b
   mkdir -p "$a" "$b"
