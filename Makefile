@@ -18,7 +18,7 @@ ASAN_PACKAGES := clang libclang-rt-14-dev
 all: build
 
 deps:
-	@./cmake/install-deps.sh $(DEB_PACKAGES)
+	@./scripts/install-deps.sh $(DEB_PACKAGES)
 
 configure: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
@@ -30,24 +30,24 @@ build: configure
 # test-slow runs; CI runs both.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow --output-junit ctest-junit.xml
-	@sh cmake/ctest-summary.sh $(BUILD)/ctest-junit.xml
+	@sh scripts/ctest-summary.sh $(BUILD)/ctest-junit.xml
 
 # The benchmarks build here too (they are not part of `all`), so CI still compiles them.
 test-slow: build
-	@./cmake/install-deps.sh $(SLOW_PACKAGES)
+	@./scripts/install-deps.sh $(SLOW_PACKAGES)
 	cmake --build $(BUILD) -j $(JOBS) --target ampactor-benches
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L slow --output-junit ctest-slow-junit.xml
-	@sh cmake/ctest-summary.sh $(BUILD)/ctest-slow-junit.xml
+	@sh scripts/ctest-summary.sh $(BUILD)/ctest-slow-junit.xml
 
-# The ThreadSanitizer gate (cmake/tsan-gate.sh): CAF and the actor suites built with TSan.
+# The ThreadSanitizer gate (scripts/tsan-gate.sh): CAF and the actor suites built with TSan.
 tsan: deps
-	./cmake/tsan-gate.sh
+	./scripts/tsan-gate.sh
 
-# The AddressSanitizer+UBSan gate (cmake/asan-gate.sh): the whole suite built with clang and
+# The AddressSanitizer+UBSan gate (scripts/asan-gate.sh): the whole suite built with clang and
 # -fsanitize=address,undefined, then each libFuzzer target in fuzz/ for FUZZ_SECONDS (60).
 asan: deps
-	@./cmake/install-deps.sh $(ASAN_PACKAGES)
-	./cmake/asan-gate.sh
+	@./scripts/install-deps.sh $(ASAN_PACKAGES)
+	./scripts/asan-gate.sh
 
 bench: build
 	cmake --build $(BUILD) -j $(JOBS) --target ampactor-benches
@@ -56,7 +56,7 @@ bench: build
 	$(BUILD)/bench/ampactor-bench-overlap --json $(BUILD)/bench-overlap.json
 
 demo: build
-	@./cmake/install-deps.sh $(DEMO_PACKAGES)
+	@./scripts/install-deps.sh $(DEMO_PACKAGES)
 	$(BUILD)/demo/ampactor-demo --out out/demo
 
 format:

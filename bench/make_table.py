@@ -9,7 +9,7 @@ the figure, how to take it out (a key path, a regex over a flat dict's keys, a l
 one of the named extractors below), the threshold and its comparison, the machine and the commit.
 The verdict is computed here, never written by hand; where a bench records its own verdict
 (`bench_met`), the two must agree. --check also checks that every row's link names a heading of
-its page. Python 3 standard library only.
+its page (bench/<area>/README.md). Python 3 standard library only.
 """
 import argparse
 import json
@@ -268,13 +268,13 @@ def github_anchors(markdown):
 
 def check_link(goal):
     page, _, anchor = goal["link"].partition("#")
-    path = os.path.join(RESULTS, page)
+    path = os.path.join(HERE, page)
     if not os.path.isfile(path):
-        raise GoalError(f"{goal['id']}: link page bench/results/{page} is missing")
+        raise GoalError(f"{goal['id']}: link page bench/{page} is missing")
     if anchor:
         with open(path) as f:
             if anchor not in github_anchors(f.read()):
-                raise GoalError(f"{goal['id']}: bench/results/{page} has no heading #{anchor}")
+                raise GoalError(f"{goal['id']}: bench/{page} has no heading #{anchor}")
 
 
 def cell(text):
@@ -299,8 +299,8 @@ def table():
         if goal["extract"].get("transcribed") is not None:
             figure += " (transcribed: no raw file)"
         page, _, anchor = goal["link"].partition("#")
-        title = page.rsplit(".", 1)[0]
-        link = f"[{title}](results/{goal['link']})"
+        title = page.split("/", 1)[0]  # the area: kernels/README.md -> kernels
+        link = f"[{title}]({goal['link']})"
         commit = goal["commit"]
         lines.append("| " + " | ".join(cell(x) for x in (
             goal["goal"], figure, verdict, machines[goal["machine"]]["short"], commit, link)) + " |")

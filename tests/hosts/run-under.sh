@@ -11,7 +11,7 @@
 #     hosts (static and c10d), and --nnodes 1:2 losing a host
 #   lost-host: 4 sharded ranks on 2 namespace hosts, host 0's link cut mid-run; host 1's 2 ranks
 #     resume from their own disk (shards and buddies' replicas), re-sharded 4 -> 2, as
-#     ampactor-ckpt reshard would; prints the figures bench/results/distributed.md shows
+#     ampactor-ckpt reshard would; prints the figures bench/distributed/README.md shows
 set -uo pipefail
 mode=$1 launch=$2 worker=$3 out=$4
 here=$(cd "$(dirname "$0")" && pwd)

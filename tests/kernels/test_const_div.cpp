@@ -1,7 +1,7 @@
 // The fused Adam loops divide by the constant sqrt(bias_correction2) with a multiply and two FMAs
 // (optim_impl.h's div_by), which must give the division's bits for every value sqrt can give.
-// bench/check_const_div.cpp sweeps all 2^32 patterns; this sweeps a strided sample, a whole
-// binade and the edges, for every variant the CPU runs.
+// bench/optimizer/check_const_div.cpp sweeps all 2^32 patterns; this sweeps a strided sample, a
+// whole binade and the edges, for every variant the CPU runs.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -29,7 +29,7 @@ inline bool& case_skipped() {
   } while (0)
 
 /// A case that needs a GPU and finds none: skipped, except where AMPACTOR_REQUIRE_GPU is set
-/// (tools/gpu-check.sh sets it), so that on a GPU host a GPU case that cannot run fails instead
+/// (scripts/gpu-check.sh sets it), so that on a GPU host a GPU case that cannot run fails instead
 /// of passing as skipped.
 #define AMPACTOR_SKIP_NO_GPU(why)                                                         \
   do {                                                                                    \

@@ -141,7 +141,7 @@ class AsyncOptimizerOptions {
   /// host (by host name: local_world_size where each host runs as many ranks), and the manifest
   /// on every host; so the survivors of one lost host hold every shard of the last save, and
   /// load_run on fewer ranks re-shards it. Costs a shard's exchange and write per rank
-  /// (bench/results/distributed.md). automatic: where the ranks run on more than one host.
+  /// (bench/distributed/README.md). automatic: where the ranks run on more than one host.
   AMPACTOR_ARG_ANY(ShardReplicas, shard_replicas, ShardReplicas::automatic);
 };
 

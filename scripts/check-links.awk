@@ -1,8 +1,8 @@
 # The relative links of markdown files: each target exists in the repository and, where it names a
 # heading of a markdown file (file.md#anchor, or #anchor alone), that heading exists (GitHub's
 # anchors: lower case, punctuation dropped, spaces as '-', '-1', '-2'... for repeats). Links in
-# code blocks and code spans are not links. Run from the repository root by cmake/check-links.sh.
-#   awk -f cmake/check-links.awk FILE.md...
+# code blocks and code spans are not links. Run from the repository root by scripts/check-links.sh.
+#   awk -f scripts/check-links.awk FILE.md...
 function dir_of(p) { if (p !~ /\//) return ""; sub(/\/[^\/]*$/, "", p); return p "/" }
 function norm(p,   n, i, parts, out, k) {
   n = split(p, parts, "/"); k = 0

@@ -4,7 +4,7 @@
 # in fuzz/ run for FUZZ_SECONDS from its seed corpus (a crash, a sanitizer report or a broken
 # invariant fails it; the input is kept in $BUILD/fuzz-findings).
 #
-# Usage: cmake/asan-gate.sh   (BUILD=build-asan, FUZZ_SECONDS=60 by default; FUZZ_SECONDS=0 skips
+# Usage: scripts/asan-gate.sh   (BUILD=build-asan, FUZZ_SECONDS=60 by default; FUZZ_SECONDS=0 skips
 # the fuzzing, a longer FUZZ_SECONDS fuzzes longer and keeps growing $BUILD/fuzz-corpus; FUZZ_SEED
 # pins libFuzzer's seed, random by default: each run explores inputs the last did not, and a
 # failing input is kept whatever the seed)

@@ -5,7 +5,7 @@
 # and would report every message hand-off as a race; an instrumented build of the same version
 # (same headers, same ABI) is loaded in its place with LD_LIBRARY_PATH. Any report fails the gate.
 #
-# Usage: cmake/tsan-gate.sh   (BUILD=build-tsan by default; CAF's source comes from Debian's
+# Usage: scripts/tsan-gate.sh   (BUILD=build-tsan by default; CAF's source comes from Debian's
 # source archive, checked against its published sha256, built once and kept in $BUILD/caf)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,7 +5,7 @@
 # rows is such an entry; every program that bench/, tools/, demo/ and fuzz/ add (add_executable)
 # is named on the page, and every ampactor-* name in the first cell of a table row is a program
 # some CMakeLists.txt adds. Exit 1 naming each difference.
-#   cmake/check-options.sh [SOURCE_DIR]
+#   scripts/check-options.sh [SOURCE_DIR]
 src=${1:-.}
 cd "$src" || exit 2
 page=doc/reference/cmake-options.md

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The PyTorch side of ampactor-bench-gpt (bench/bench_gpt.cpp), and the comparison of the two.
+"""The PyTorch side of ampactor-bench-gpt (bench/gpt/bench_gpt.cpp), and the comparison of the two.
 
-Trains the same small GPT (bench/gpt_model.cpp, operation for operation) on the same weights and
+Trains the same small GPT (bench/gpt/gpt_model.cpp, operation for operation) on the same weights and
 batches with torch.amp.GradScaler and torch.optim.AdamW(fused=True): fp32 parameters, each cast
 to fp16 where the model uses it (what autocast does, made explicit so that both sides run the same
 kernels). Needs PyTorch with CUDA; not run by CI.
 
-  python3 bench/gpt_torch.py --text FILE --out DIR            # writes DIR/torch.csv, a summary
-  python3 bench/gpt_torch.py --compare DIR                    # the table of every run in DIR
+  python3 bench/gpt/gpt_torch.py --text FILE --out DIR            # writes DIR/torch.csv, a summary
+  python3 bench/gpt/gpt_torch.py --compare DIR                    # the table of every run in DIR
 """
 import argparse
 import csv

@@ -1,5 +1,5 @@
 // A small decoder-only transformer over characters (a GPT block stack), written as plain tensor
-// code so that bench/gpt_torch.py can run the very same operations in PyTorch: the same weights
+// code so that bench/gpt/gpt_torch.py can run the very same operations in PyTorch: the same weights
 // (drawn from a seeded CPU generator in one fixed order), the same batches (splitmix64 over the
 // text), the same fp16 kernels, layer norms and softmax in fp32, the loss in fp32.
 #pragma once

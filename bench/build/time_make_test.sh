@@ -3,11 +3,11 @@
 # folder, runs `make test` there, and writes the wall-clock seconds of the whole, of the build and
 # of ctest as JSON. The Debian packages must be installed already (make's deps step then does
 # nothing), so the figure is the build and the tests alone.
-# Usage: bench/time_make_test.sh [REV] [OUT.json]
+# Usage: bench/build/time_make_test.sh [REV] [OUT.json]
 set -eu
 rev=${1:-HEAD}
 out=${2:-/dev/stdout}
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git clone -q "$src" "$work/repo"

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# A lost host, measured (bench/results/distributed.md, "A lost host"), 4 sharded ranks on 2
+# A lost host, measured (bench/distributed/README.md, "A lost host"), 4 sharded ranks on 2
 # network-namespace hosts (tests/hosts):
 #  1. tests/hosts/run-under.sh lost-host, RUNS times: from a cut link to every rank's exit on each
 #     side, from the restart to the survivors' first resumed step, the steps lost;
 #  2. save_run with replicas against without (shard_replicas off), a save every iteration, in
 #     PAIRS alternating pairs (a pair's ratio swings by a fifth on this VM), the model wide
 #     enough for 7 MB shards.
-# Usage (root): bench/lost_host.sh [BUILD] [JSON] [RUNS] [PAIRS]   (build, bench/results/data/
-# results-lost-host.json, 5, 9)
+# Usage (root): bench/distributed/lost_host.sh [BUILD] [JSON] [RUNS] [PAIRS]
+#   (build, bench/results/data/results-lost-host.json, 5, 9)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 build=${1:-build} json=${2:-bench/results/data/results-lost-host.json} runs=${3:-5} pairs=${4:-9}
 launch=$PWD/$build/tools/ampactor-launch worker=$PWD/$build/tests/ampactor-dist-worker
 hosts=$PWD/tests/hosts/netns-hosts.sh

@@ -4,7 +4,7 @@
 torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale), the kernel that
 torch.amp.GradScaler("cpu").unscale_ runs, on gradient lists drawn the way bench_kernels.cpp's
 make_grads draws them: 128 tensors whose sizes are log-uniform over a 1000x range (its
-std::mt19937_64 draw is reproduced, with bench/mt19937.py), fp32 lists of --sizes-mb MiB (seed 1) and fp16/bf16
+std::mt19937_64 draw is reproduced, with bench/common/mt19937.py), fp32 lists of --sizes-mb MiB (seed 1) and fp16/bf16
 lists of min(64, that size) MiB (seed 2), as the C++ bench does. GB/s of gradient bytes,
 median of at least --min-reps calls and --min-seconds after one warm-up; the scale alternates
 0.5 and 2 so that the values stay normal.
@@ -15,7 +15,7 @@ ampactor's AVX2 loops). Each thread count and fp32 size (with its fp16/bf16 list
 every contender runs back to back, in an order that turns round by round, for --rounds rounds.
 The table shows the medians and, per contender, the median of its ratios to torch taken within
 a cell. Run from the project root, e.g.
-  python bench/bench_unscale_torch.py --ampactor build/bench/ampactor-bench-kernels \\
+  python bench/kernels/bench_unscale_torch.py --ampactor build/bench/ampactor-bench-kernels \\
       --sizes-mb 256,1024 --threads 1,2 --rounds 3 --json /tmp/unscale-torch.json
 Needs PyPI torch (pip install torch) and, for 1 GiB lists, about 3 GB of memory. CI never runs it.
 """
@@ -31,7 +31,9 @@ import time
 
 import torch
 
-from mt19937 import mt19937_64
+# bench/common/mt19937.py, shared with the other areas' scripts.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from mt19937 import mt19937_64  # noqa: E402
 
 COUNT = 128  # bench_kernels.cpp's default --tensors
 

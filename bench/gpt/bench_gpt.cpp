@@ -1,6 +1,6 @@
-// A small GPT (bench/gpt_model.h) trained in fp16 on the GPU with ampactor, for the comparison
-// with PyTorch's own GradScaler and fused AdamW (bench/gpt_torch.py runs that side on the same
-// weights and batches; bench/gpt_torch.py --compare puts the runs side by side). Modes:
+// A small GPT (bench/gpt/gpt_model.h) trained in fp16 on the GPU with ampactor, for the comparison
+// with PyTorch's own GradScaler and fused AdamW (bench/gpt/gpt_torch.py runs that side on the same
+// weights and batches; bench/gpt/gpt_torch.py --compare puts the runs side by side). Modes:
 //   gpu            the masters and AdamW on the GPU, AsyncOptimizer at staleness 0
 //   offload        the masters and optim::FusedAdamW on the CPU (RoundPipe's setting), staleness 0
 //   offload-async  the same at staleness 1 (the CPU's step overlaps the next forward/backward)

@@ -3,9 +3,9 @@
 # (indentation aside). A line "// ..." stands for lines left out. Exit 1, naming the block's first
 # line that no example has at that point, otherwise. A file with no cpp block fails unless
 # -v need=0 is given (README.md must show at least one; a page of doc/ need not).
-#   awk -v readme=README.md -v whole=1 -f cmake/readme-blocks.awk examples/*.cpp README.md
-#   awk -v readme=doc/guide/traces.md -v need=0 -f cmake/readme-blocks.awk examples/*.cpp doc/guide/traces.md
-# cmake/check-doc-blocks.sh runs it over README.md and every doc/**/*.md.
+#   awk -v readme=README.md -v whole=1 -f scripts/readme-blocks.awk examples/*.cpp README.md
+#   awk -v readme=doc/guide/traces.md -v need=0 -f scripts/readme-blocks.awk examples/*.cpp doc/guide/traces.md
+# scripts/check-doc-blocks.sh runs it over README.md and every doc/**/*.md.
 function trim(s) {
   sub(/^[ \t]+/, "", s)
   sub(/[ \t\r]+$/, "", s)

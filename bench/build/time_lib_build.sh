@@ -4,11 +4,11 @@
 # a fresh folder, builds the targets ampactor_actors, ampactor_distributed and ampactor-demo with
 # -j JOBS (default 2), and prints the wall time and each target's summed compile seconds (a
 # compiler launcher times every file). The Debian packages must be installed already.
-# Usage: bench/time_lib_build.sh [REV]
+# Usage: bench/build/time_lib_build.sh [REV]
 set -eu
 rev=${1:-HEAD}
 jobs=${JOBS:-2}
-src=$(cd "$(dirname "$0")/.." && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git clone -q "$src" "$work/repo"

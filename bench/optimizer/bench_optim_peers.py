@@ -24,7 +24,7 @@ flags of its optim_builder.py (-Ofast -fopenmp -mtune=native -march=native); onl
   git clone https://github.com/ITcarrot/RoundPipe roundpipe-git     (or, from a bare mirror:
   mkdir -p roundpipe-src && git --git-dir=<mirror> archive HEAD | tar -x -C roundpipe-src)
 Run (needs PyTorch >= 2.4, ninja and g++; 64 Mi needs about 3 GB of memory):
-  python bench/bench_optim_peers.py --mparams 1 16 64 --threads 1 2 --reps 5 \
+  python bench/optimizer/bench_optim_peers.py --mparams 1 16 64 --threads 1 2 --reps 5 \
       --roundpipe-src roundpipe-src --json /tmp/peers.json
 Without --roundpipe-src the RoundPipe columns are skipped. CI never runs this script.
 """
@@ -41,7 +41,9 @@ import types
 
 import torch
 
-from mt19937 import mt19937_64
+# bench/common/mt19937.py, shared with the other areas' scripts.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from mt19937 import mt19937_64  # noqa: E402
 
 LR = 1e-3
 SCALE = 65536.0  # the loss scale of the C++ bench (it unscales by 1/65536)

@@ -4,7 +4,7 @@ ATEN_CPU_CAPABILITY ("native": unset, the best loops this CPU has; "avx2": the A
 "default": the baseline), alternately for --rounds rounds in an order that turns round by round.
 Prints the fused step's ms (check + step) per variant, medians over the rounds, and each one's
 time over the first variant's (above 1: the first is faster). No torch needed; CI never runs it. From the project root:
-  python3 bench/bench_optim_variants.py --bench build/bench/ampactor-bench-optim --rounds 3 \\
+  python3 bench/optimizer/bench_optim_variants.py --bench build/bench/ampactor-bench-optim --rounds 3 \\
       --mparams 1 16 64 --threads 1 2 --dtype half bfloat16 --reps 9 --json /tmp/variants.json
 """
 import argparse

@@ -6,7 +6,7 @@
 #     libcaf-openssl0.17 doctest-dev nlohmann-json3-dev libcli11-dev libgloo-dev)
 # (libgloo-dev: gloo's headers, which ampactor::distributed needs and a PyTorch wheel lacks.)
 #
-# Usage: tools/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload
+# Usage: scripts/gpu-check.sh STEP...   (steps: env build ctest sanitize bench demo offload
 # offload_long overlap gpt)
 # The offload cases' tests run in ctest; the offload step runs the benchmark alone.
 # Logs go to $LOGDIR (default $OUT, else /tmp/ampactor-gpu), one file per step.
@@ -55,7 +55,7 @@ step_ctest() {
   (cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 300 $CTEST_ARGS \
     --output-junit gpu-junit.xml) ||
     rc=1
-  sh cmake/ctest-summary.sh "$BUILD/gpu-junit.xml"
+  sh scripts/ctest-summary.sh "$BUILD/gpu-junit.xml"
   echo "skipped (none of them may need a GPU):"
   grep -o '<testcase name="[^"]*"[^>]*status="notrun"' "$BUILD/gpu-junit.xml" |
     sed 's/<testcase name="\([^"]*\)".*/  \1/'
@@ -119,15 +119,15 @@ step_overlap() {
     sanitize memcheck ampactor-tests-pipeline '--test-case=offload? overlap*'
 }
 
-# The small GPT three ways against PyTorch (bench/gpt_torch.py), on the project's own text.
+# The small GPT three ways against PyTorch (bench/gpt/gpt_torch.py), on the project's own text.
 step_gpt() {
   local dir=$LOGDIR/gpt text=/tmp/ampactor-gpt-text.txt
   mkdir -p "$dir"
   # shellcheck disable=SC2046
   cat README.md CHANGELOG.md $(find doc demo bench -name '*.md' | LC_ALL=C sort) >"$text"
-  python3 bench/gpt_torch.py --text "$text" --out "$dir" &&
+  python3 bench/gpt/gpt_torch.py --text "$text" --out "$dir" &&
     "$BUILD/bench/ampactor-bench-gpt" --text "$text" --out "$dir" &&
-    python3 bench/gpt_torch.py --compare "$dir" || return 1
+    python3 bench/gpt/gpt_torch.py --compare "$dir" || return 1
   # With deterministic kernels a run repeats itself bit for bit, and overlap_backward is offload's.
   local a=$dir/deterministic-a b=$dir/deterministic-b
   mkdir -p "$a" "$b"
