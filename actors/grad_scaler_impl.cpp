@@ -89,7 +89,7 @@ GradScaler::Impl::Impl(caf::actor_system* s, const GradScalerOptions& o,
   // IterationDone only: a StepResult arriving while the main thread waits for a job's reply
   // would wake it for nothing.
   const auto me = caf::actor_cast<trainer_actor>(*self);
-  caf::anon_send(setup.actors.optimizer, subscribe_atom::value, me, false);
+  caf::anon_send(setup.actors.optimizer, subscribe_atom::value, me, /*steps=*/false);
   caf::anon_send(setup.actors.keeper, subscribe_atom::value, me);
   internal::release_thread_logger();
 }
@@ -257,7 +257,8 @@ void GradScaler::Impl::close_iteration(const std::optional<KeeperInput>& update)
   const bool report = update && (std::holds_alternative<UpdateWhenClosed>(*update) || after_jobs);
   flush_close();
   if (report)  // the keeper waits for it
-    caf::anon_send(a.optimizer, CloseIteration{main.k, true, /*inf_checks_required=*/!set});
+    caf::anon_send(a.optimizer,
+                   CloseIteration{main.k, /*report_unscales=*/true, /*inf_checks_required=*/!set});
   else
     main.pending_close = main.k;
   if (update) main.ask_for_scale = false;  // UpdateApplied{k} will carry the next scale

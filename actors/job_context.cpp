@@ -72,7 +72,8 @@ bool JobContext::move_and_unscale_(torch::optim::Optimizer& opt,
   refuse_late_unscale(opt);
   if (!enabled_) {
     // No scaling: the grads move as they are (inv_scale 1 only reads and converts).
-    StepTracker plain(true, tracker_.ranks());  // data parallel: averaged all the same
+    StepTracker plain(/*allow_fp16_grads=*/true,
+                      tracker_.ranks());  // data parallel: averaged all the same
     plain.move_and_unscale_(opt, model_grads, masters, 1.0f, adopt, reduce);
     return false;
   }

@@ -217,7 +217,7 @@ optimizer_actor::behavior_type optimizer(optimizer_ptr self, scale_keeper_actor 
   return {
       [=](StepJob& job) -> caf::result<JobDone> { return run_job(self, job); },
       [=](CloseIteration c) { close_iteration(self, c); },
-      [=](subscribe_atom, trainer_actor who) { subscribe(self, std::move(who), true); },
+      [=](subscribe_atom, trainer_actor who) { subscribe(self, std::move(who), /*steps=*/true); },
       [=](subscribe_atom, trainer_actor who, bool steps) {
         subscribe(self, std::move(who), steps);
       },

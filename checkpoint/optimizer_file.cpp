@@ -154,7 +154,7 @@ std::string told_from_options(InputArchive& options) {
 std::int64_t size_in(InputArchive& a, const std::string& key) {
   at::Tensor t;
   if (!a.try_read(key, t) || !t.defined() || t.numel() != 1 ||
-      !at::isIntegralType(t.scalar_type(), false))
+      !at::isIntegralType(t.scalar_type(), /*includeBool=*/false))
     return -1;
   return t.item<std::int64_t>();
 }

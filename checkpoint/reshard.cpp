@@ -225,7 +225,7 @@ Run read_run(const std::string& in, const Progress& progress) {
       File f;
       read_file(path, f);
       if (progress) progress("read rank " + std::to_string(r) + "'s shard " + sized(path));
-      merge_common(run, f, who, r == 0);
+      merge_common(run, f, who, /*first=*/r == 0);
       c10::IValue shard;
       if (!f.pipe.try_read("shard", shard) || !shard.isString() ||
           shard.toStringRef() != internal::shard_text(r, layout))
@@ -245,7 +245,7 @@ Run read_run(const std::string& in, const Progress& progress) {
     run.step = step_of(f, who);
     if (c10::IValue shard; f.pipe.try_read("shard", shard))
       refuse(who + " holds one rank's shard: consolidate or re-shard the run from its manifest");
-    merge_common(run, f, who, true);
+    merge_common(run, f, who, /*first=*/true);
     std::vector<std::int64_t> numels;
     for (const at::Tensor& m : f.masters)
       numels.push_back(m.numel());

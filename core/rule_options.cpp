@@ -14,8 +14,12 @@ namespace {
   throw ScalerError(errc::bad_rule, what);
 }
 
+/// Whether a bound may be inf (no bound).
+enum class Bound { finite, or_inf };
+
 /// A bound is checked as the float it is applied as.
-void check_bound(const char* name, double v, bool may_be_inf) {
+void check_bound(const char* name, double v, Bound kind) {
+  const bool may_be_inf = kind == Bound::or_inf;
   const float f = static_cast<float>(v);
   if (std::isnan(v) || v < 0 || (std::isinf(v) && !may_be_inf) || (may_be_inf && v == 0) ||
       (!std::isinf(v) && (std::isinf(f) || (v > 0 && f == 0.0f))))
@@ -26,13 +30,13 @@ void check_bound(const char* name, double v, bool may_be_inf) {
 }  // namespace
 
 GradScalerOptions& GradScalerOptions::min_scale(double v) {
-  check_bound("min scale", v, false);
+  check_bound("min scale", v, Bound::finite);
   min_scale_ = v;
   return *this;
 }
 
 GradScalerOptions& GradScalerOptions::max_scale(double v) {
-  check_bound("max scale", v, true);
+  check_bound("max scale", v, Bound::or_inf);
   max_scale_ = v;
   return *this;
 }

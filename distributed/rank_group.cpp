@@ -69,7 +69,7 @@ class C10dRanks final : public RankGroup {
     cuda_ = pg_->getBackendName() == "nccl";
   }
   // Rank 0 may wait for a stopped rank too: resumed, it reads why the others gave up.
-  ~C10dRanks() override { watch_->leave(true); }
+  ~C10dRanks() override { watch_->leave(/*for_hung=*/true); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -35,7 +35,7 @@ Watch::Watch(c10::intrusive_ptr<c10d::Store> store, int rank, int size, DistOpti
 }
 
 Watch::~Watch() {
-  leave(false);
+  leave(/*for_hung=*/false);
   std::unique_lock<std::mutex> lock(heart_->mu);
   heart_->stop = true;
   heart_->cv.notify_all();

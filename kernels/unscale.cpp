@@ -65,8 +65,12 @@ void check_scalar_tensor(const char* op, const char* name, const at::Tensor& t,
                  device.str());
 }
 
+/// Whether the kernel writes a tensor it checks (a read-only one may be any strided layout).
+enum class Use { read, written };
+
 void check_grad(const char* op, const Name& name, const at::Tensor& t, const c10::Device& device,
-                bool written) {
+                Use use) {
+  const bool written = use == Use::written;
   if (!t.defined()) fail(op, name + " is undefined");
   if (t.layout() != at::kStrided) fail(op, name + " is not a strided (dense) tensor");
   if (t.device() != device)
@@ -164,7 +168,7 @@ void unscale_impl(const char* op, at::TensorList grads, const at::Tensor* inv_te
   jobs.reserve(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
     const Name name{"grads", i};
-    check_grad(op, name, grads[i], device, write);
+    check_grad(op, name, grads[i], device, write ? Use::written : Use::read);
     jobs.push_back({make_layout(grads[i], nullptr),
                     {static_cast<char*>(grads[i].data_ptr()), elem_type(op, name, grads[i])},
                     {nullptr, ElemType::f32}});
@@ -195,8 +199,8 @@ void move_impl(at::TensorList model_grads, at::TensorList master_grads,
     const Name master_name{"master_grads", i};
     const at::Tensor& model = model_grads[i];
     const at::Tensor& master = master_grads[i];
-    check_grad(op, model_name, model, device, false);
-    check_grad(op, master_name, master, device, true);
+    check_grad(op, model_name, model, device, Use::read);
+    check_grad(op, master_name, master, device, Use::written);
     const ElemType type = elem_type(op, model_name, model);
     if (master.scalar_type() != at::kFloat)
       fail(op, master_name + " has dtype " + std::string(c10::toString(master.scalar_type())) +

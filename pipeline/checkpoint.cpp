@@ -41,10 +41,13 @@ void write_list(torch::serialize::OutputArchive& archive, const char* key,
   archive.write(key, list);
 }
 
+enum class Need { required, optional };
+
 /// The list `key` of `archive`, checked against `like` (count, shapes, dtypes) before anything
-/// is changed. Empty if the archive has no such list and `required` is false.
+/// is changed. Empty if the archive has no such list and it is optional.
 std::vector<at::Tensor> read_list(torch::serialize::InputArchive& archive, const char* key,
-                                  const std::vector<at::Tensor>& like, bool required) {
+                                  const std::vector<at::Tensor>& like, Need need) {
+  const bool required = need == Need::required;
   torch::serialize::InputArchive list;
   if (!archive.try_read(key, list)) {
     if (required) refuse(std::string("no '") + key + "' entry");
@@ -131,8 +134,8 @@ Pipeline::Loaded Pipeline::checked_load(torch::serialize::InputArchive& archive)
            "ranks");
   // Everything is read and checked before anything changes.
   Loaded l;
-  l.masters = read_list(archive, "masters", masters, true);
-  if (!spare.empty()) l.spare = read_list(archive, "spare", spare, false);
+  l.masters = read_list(archive, "masters", masters, Need::required);
+  if (!spare.empty()) l.spare = read_list(archive, "spare", spare, Need::optional);
   l.weights_behind = behind.toBool();
   if (c10::IValue setup; archive.try_read("setup", setup) && setup.isString())
     l.setup = setup.toStringRef();

@@ -62,7 +62,7 @@ class ShardPlacement : public Placement {
     }
     if (!failed) return stage(written);
     try {  // the masters' weights all the same, as the unsharded offload stages them
-      stage(false);
+      stage(/*written=*/false);
     } catch (...) {  // the group failed: the step's error is the one to report
     }
   }
@@ -79,7 +79,7 @@ class ShardPlacement : public Placement {
   void fill_spare(bool written) override { shard_.gather_spare(written); }
   void swap_in() override { shard_.swap(p_.model); }
   void stage_loaded() override {
-    if (offload_) stage(false);
+    if (offload_) stage(/*written=*/false);
   }
 
  private:

@@ -27,7 +27,7 @@ struct SpareNotice {
   explicit SpareNotice(caf::actor who) : to(std::move(who)) {}
   SpareNotice(const SpareNotice&) = delete;
   SpareNotice& operator=(const SpareNotice&) = delete;
-  ~SpareNotice() { send(false); }
+  ~SpareNotice() { send(/*filled=*/false); }
   void send(bool filled) {
     if (sent) return;
     sent = true;
@@ -73,13 +73,13 @@ class Deferred : public Schedule {
                 place.fill_spare(/*written=*/false);
               } catch (...) {  // the group failed: the step's error is the one to report
               }
-              notice->send(true);
+              notice->send(/*filled=*/true);
             }
             throw;
           }
           if (!notice) return;
           place.fill_spare(PipelineJob(*JobContext::current()).wrote_weights(opt));
-          notice->send(true);
+          notice->send(/*filled=*/true);
         },
         SubmitOptions().unscales(UnscalePermit::exactly(1)));
   }

@@ -58,9 +58,9 @@ void check_module(torch::nn::Module& m, torch::serialize::InputArchive& archive,
                "\n";
   };
   for (const auto& p : m.named_parameters(/*recurse=*/false))
-    check(p.key(), p.value(), false);
+    check(p.key(), p.value(), /*buffer=*/false);
   for (const auto& b : m.named_buffers(/*recurse=*/false))
-    check(b.key(), b.value(), true);
+    check(b.key(), b.value(), /*buffer=*/true);
   for (const auto& child : m.named_children()) {
     if (!child.value()->is_serializable()) continue;
     torch::serialize::InputArchive sub;

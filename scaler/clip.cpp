@@ -14,10 +14,11 @@
 namespace ampactor {
 
 double squared_norm(const at::Tensor& g) {
-  double n = at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).item<float>();
+  double n =
+      at::linalg_vector_norm(g, 2, c10::nullopt, /*keepdim=*/false, at::kFloat).item<float>();
   // Finite values whose squares overflow fp32 (above 1.8e19): measured again in double.
   if (std::isinf(n))
-    n = at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kDouble).item<double>();
+    n = at::linalg_vector_norm(g, 2, c10::nullopt, /*keepdim=*/false, at::kDouble).item<double>();
   return n * n;
 }
 
