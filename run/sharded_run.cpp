@@ -90,6 +90,112 @@ void remove_older(const std::string& path, std::int64_t step, int rank, int worl
 
 }  // namespace
 
+namespace {
+
+/// One rank's shard as the others hear of it: "DIGEST BYTES PROBE HOST".
+struct Entry {
+  std::string digest, probe, host;
+  std::uint64_t bytes = 0;
+};
+
+[[noreturn]] void refuse_write(const std::string& path, const std::string& what, int r,
+                               const std::string& why) {
+  throw ScalerError(errc::bad_checkpoint, "save_run '" + path + "': rank " + std::to_string(r) +
+                                              " could not write " + what +
+                                              ", so no manifest was written: " + why);
+}
+
+/// Each shard's digest and size, its rank's probe and host (for the replicas' buddies), or why
+/// the rank has none (refused on every rank): one round for all, each entry read once.
+std::vector<Entry> gather_entries(RankGroup& ranks, const std::string& path,
+                                  const std::string& error, const std::string& digest,
+                                  std::size_t bytes, const FolderProbe& probe) {
+  const std::vector<std::string> entries = gather_strings(
+      ranks, error.empty() ? digest + " " + std::to_string(bytes) + " " +
+                                 (probe.name().empty() ? "-" : probe.name()) + " " + host_name()
+                           : std::string(1, '\0') + error);
+  for (std::size_t r = 0; r < entries.size(); ++r)
+    if (!entries[r].empty() && entries[r][0] == '\0')
+      refuse_write(path, "its shard", int(r), entries[r].substr(1));
+  std::vector<Entry> shards(entries.size());
+  for (std::size_t r = 0; r < entries.size(); ++r) {
+    std::istringstream in(entries[r]);
+    in >> shards[r].digest >> shards[r].bytes >> shards[r].probe >> std::ws;
+    std::getline(in, shards[r].host);  // the host last: the rest of the line
+  }
+  return shards;
+}
+
+/// This rank's shard into its own file, flushed, while a copy goes to its buddy on another host
+/// (so that one lost host loses no shard) and the shard of the rank `by` before it arrives here
+/// (into `replica_file` where `replica_here`). `error`: this rank's, so far. Both writes' errors
+/// are agreed in one round, refused on every rank.
+void write_shards(RankGroup& ranks, const std::string& path, const std::string& shard,
+                  const std::string& file, int by, const std::string& replica_file,
+                  std::uint64_t replica_bytes, bool replica_here, std::string error) {
+  std::string replica_error;
+  {
+    std::thread writer([&] {
+      try {
+        save_text_atomically(shard, file);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    struct Join {
+      std::thread& t;
+      ~Join() { t.join(); }
+    } join{writer};
+    if (by)
+      replica_error =
+          exchange_replicas(ranks, by, shard, replica_file, replica_bytes, replica_here);
+  }
+  // "W" + its shard's, "R" + its buddy's.
+  const std::vector<std::string> written =
+      gather_strings(ranks, !error.empty()           ? "W" + error
+                            : !replica_error.empty() ? "R" + replica_error
+                                                     : "");
+  for (std::size_t r = 0; r < written.size(); ++r)
+    if (!written[r].empty())
+      refuse_write(path, written[r][0] == 'W' ? "its shard" : "its buddy's shard", int(r),
+                   written[r].substr(1));
+}
+
+/// The manifest naming every rank's shard: rank 0's flushed; another host's is its replica, as
+/// its buddy's shard is. Returns the error, or "".
+std::string write_manifest(const std::string& path, const AsyncOptimizer& pipe,
+                           const std::vector<Entry>& shards, std::int64_t step, int rank) {
+  const int world = int(shards.size());
+  const std::string base = fs::path(path).filename().string();
+  ShardManifest m;
+  const ShardLayout& layout = RunAccess::layout(pipe);
+  m.step = step;
+  m.numels = layout.numels();
+  m.world = world;
+  m.granule = layout.granule();
+  m.shapes = RunAccess::shapes(pipe);
+  for (int r = 0; r < world; ++r) {
+    ShardManifest::Shard s;
+    s.rank = r;
+    s.file = shard_name(base, step, r, world);
+    s.digest = shards[std::size_t(r)].digest;
+    s.bytes = shards[std::size_t(r)].bytes;
+    m.shards.push_back(s);
+  }
+  try {
+    const std::string json = m.to_json();
+    if (rank == 0)
+      save_text_atomically(json, path);
+    else
+      write_unflushed(json.data(), json.size(), path);
+  } catch (const ScalerError& e) {
+    return e.what();
+  }
+  return {};
+}
+
+}  // namespace
+
 void save_sharded_run(const std::string& path, const RunParts& parts, std::int64_t step,
                       const std::function<std::string()>& run_bytes) {
   const AsyncOptimizer& pipe = *parts.pipeline();
@@ -108,34 +214,11 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   } catch (const std::exception& e) {  // any: the other ranks must hear of it, not wait
     error = e.what();
   }
-  const auto refuse_write = [&](const std::string& what, int r, const std::string& why) {
-    throw ScalerError(errc::bad_checkpoint, "save_run '" + path + "': rank " + std::to_string(r) +
-                                                " could not write " + what +
-                                                ", so no manifest was written: " + why);
-  };
-  // Each shard's digest and size, its rank's probe and host (for the replicas' buddies), or why
-  // the rank has none: one round for all.
   const FolderProbe probe(folder, base, rank);
-  const std::vector<std::string> entries = gather_strings(
-      ranks, error.empty() ? digest + " " + std::to_string(shard.size()) + " " +
-                                 (probe.name().empty() ? "-" : probe.name()) + " " + host_name()
-                           : std::string(1, '\0') + error);
-  for (std::size_t r = 0; r < entries.size(); ++r)
-    if (!entries[r].empty() && entries[r][0] == '\0')
-      refuse_write("its shard", int(r), entries[r].substr(1));
-  // Each entry read once: "DIGEST BYTES PROBE HOST" (the host last: the rest of the line).
-  struct Entry {
-    std::string digest, probe, host;
-    std::uint64_t bytes = 0;
-  };
-  std::vector<Entry> shards(entries.size());
+  const std::vector<Entry> shards = gather_entries(ranks, path, error, digest, shard.size(), probe);
   std::vector<std::string> hosts;
-  for (std::size_t r = 0; r < entries.size(); ++r) {
-    std::istringstream in(entries[r]);
-    in >> shards[r].digest >> shards[r].bytes >> shards[r].probe >> std::ws;
-    std::getline(in, shards[r].host);
-    hosts.push_back(shards[r].host);
-  }
+  for (const Entry& e : shards)
+    hosts.push_back(e.host);
   const Replicas rep = plan_replicas(hosts, rank, RunAccess::replicas(pipe));
   const int from = (rank - rep.by + world) % world;
   // A folder this rank shares with its buddy's rank, or with rank 0, already holds that rank's
@@ -143,64 +226,11 @@ void save_sharded_run(const std::string& path, const RunParts& parts, std::int64
   const bool replica_here = rep.by && !FolderProbe::seen(folder, shards[std::size_t(from)].probe);
   const bool manifest_here =
       rank == 0 || (rep.writes_manifest && !FolderProbe::seen(folder, shards[0].probe));
-  // The shard's own file, flushed, while a copy goes to the buddy on another host (so that one
-  // lost host loses no shard).
-  std::string replica_error;
-  {
-    std::thread writer([&] {
-      try {
-        save_text_atomically(shard, file);
-      } catch (const std::exception& e) {
-        error = e.what();
-      }
-    });
-    struct Join {
-      std::thread& t;
-      ~Join() { t.join(); }
-    } join{writer};
-    if (rep.by) {
-      replica_error = exchange_replicas(
-          ranks, rep.by, shard, (fs::path(folder) / shard_name(base, step, from, world)).string(),
-          shards[std::size_t(from)].bytes, replica_here);
-    }
-  }
-  // Both writes' errors in one round: "W" + its shard's, "R" + its buddy's.
-  const std::vector<std::string> written =
-      gather_strings(ranks, !error.empty()           ? "W" + error
-                            : !replica_error.empty() ? "R" + replica_error
-                                                     : "");
-  for (std::size_t r = 0; r < written.size(); ++r)
-    if (!written[r].empty())
-      refuse_write(written[r][0] == 'W' ? "its shard" : "its buddy's shard", int(r),
-                   written[r].substr(1));
-  std::string manifest_error;
-  if (manifest_here) {
-    ShardManifest m;
-    const ShardLayout& layout = RunAccess::layout(pipe);
-    m.step = step;
-    m.numels = layout.numels();
-    m.world = world;
-    m.granule = layout.granule();
-    m.shapes = RunAccess::shapes(pipe);
-    for (int r = 0; r < world; ++r) {
-      ShardManifest::Shard s;
-      s.rank = r;
-      s.file = shard_name(base, step, r, world);
-      s.digest = shards[std::size_t(r)].digest;
-      s.bytes = shards[std::size_t(r)].bytes;
-      m.shards.push_back(s);
-    }
-    // Rank 0's manifest is flushed; another host's is its replica, as its buddy's shard is.
-    try {
-      const std::string json = m.to_json();
-      if (rank == 0)
-        save_text_atomically(json, path);
-      else
-        write_unflushed(json.data(), json.size(), path);
-    } catch (const ScalerError& e) {
-      manifest_error = e.what();
-    }
-  }
+  write_shards(ranks, path, shard, file, rep.by,
+               (fs::path(folder) / shard_name(base, step, from, world)).string(),
+               shards[std::size_t(from)].bytes, replica_here, error);
+  const std::string manifest_error =
+      manifest_here ? write_manifest(path, pipe, shards, step, rank) : "";
   agree(ranks, manifest_error, [&](int r) {
     return "save_run: rank " + std::to_string(r) + " could not write the manifest '" + path + "'";
   });
