@@ -181,6 +181,7 @@ void AsyncOptimizer::adopt(std::shared_ptr<torch::optim::Optimizer> opt) {
 }
 
 void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn) {
+  p_->scaler();  // a pipeline whose scaler is gone refuses before anything changes
   p_->check_optimizer(opt);
   p_->warn_uncleared_grads();
   p_->behind = p_->options.staleness() == 1;

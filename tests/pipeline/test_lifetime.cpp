@@ -144,3 +144,27 @@ TEST_CASE("make_optimizer: each optimizer it makes is a new one, over the master
   CHECK(a.param_groups()[0].params().size() == pipe.optim_parameters().size());
   CHECK(a.param_groups()[0].params()[0].is_same(pipe.optim_parameters()[0]));
 }
+
+TEST_CASE("lifetime: a pipeline whose scaler is gone refuses step() and keeps the model's grads") {
+  for (const bool defer : {false, true})
+    for (const bool swap : {false, true}) {
+      CAPTURE(defer);
+      CAPTURE(swap);
+      Watch w;
+      Mlp model;
+      auto scaler = std::make_unique<GradScaler>(opts(256, 2, 0.5, 1000));
+      AsyncOptimizer pipe(model.p, *scaler,
+                          AsyncOptimizerOptions(kStale).defer_grad_move(defer).swap_weights(swap));
+      Probe& opt = pipe.make_optimizer<Probe>(kSgd, &w.opt_gone);
+      train(model, *scaler, pipe, opt, w, 2);
+      scaler->sync();
+      model.zero_grad();
+      model.loss(2, false).backward();  // unscaled: there is no scaler to scale it
+      scaler.reset();
+      const Refusal r = refusal_of([&] { pipe.step(opt, [] {}); });
+      CHECK(r.code == errc::protocol_misuse);
+      CHECK(r.mentions("GradScaler was destroyed"));
+      for (const at::Tensor& p : model.p)
+        CHECK(p.grad().defined());  // a deferred step would have taken them
+    }
+}
