@@ -193,28 +193,51 @@ pid_t spawn(const std::vector<std::string>& cmd, const std::map<std::string, std
   return pid;
 }
 
-/// Waits for the ranks and returns the exit code. Once the run has failed (a rank did, or a
-/// signal came) every rank's end is said; those still running `grace` seconds later are killed.
-int supervise(std::vector<Rank>& ranks, double grace) {
-  const auto grace_d = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(std::min(grace, 1e9)));  // no overflow of the clock
+/// Wakes when the handler writes to the self-pipe (a forwarded signal or a rank's SIGCHLD) or
+/// after `timeout_ms` (-1: no deadline), then empties the pipe so that the next poll() waits.
+void wait_for_wake(int timeout_ms) {
+  pollfd wake{g_wake[0], POLLIN, 0};
+  ::poll(&wake, 1, timeout_ms);
+  char drain[64];
+  while (::read(g_wake[0], drain, sizeof drain) > 0) {
+  }
+}
+
+/// What supervise() keeps between its wake-ups: the ranks, the exit code so far and why, and the
+/// deadlines. A struct with one member function per step, so that each step reads on its own.
+struct Supervision {
+  std::vector<Rank>& ranks;
+  double grace;
+  Clock::duration grace_d;
   int code = 0;
   std::string why;  // what gave the exit code
   bool failed = false;
   int signals = 0;  // of g_signals, those handled
   std::optional<Clock::time_point> kill_at, give_up_at;
-  auto running = [&] {
+
+  Supervision(std::vector<Rank>& r, double g)
+      : ranks(r),
+        grace(g),
+        grace_d(std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(std::min(g, 1e9)))) {}  // no overflow of the clock
+
+  auto running() const {
     return std::count_if(ranks.begin(), ranks.end(), [](const Rank& r) { return !r.ended; });
-  };
-  auto fail = [&](int c, const std::string& reason) {
+  }
+
+  /// The run has failed: the first failure gives the exit code and starts the grace period.
+  void fail(int c, const std::string& reason) {
     if (code == 0) code = c, why = reason;
     if (!kill_at) kill_at = Clock::now() + grace_d;
     if (failed) return;
     failed = true;
     for (const Rank& r : ranks)  // those that succeeded before, so that each rank has its line
       if (r.ended) say(outcome(r, grace));
-  };
-  auto reap = [&] {
+  }
+
+  /// Takes the ranks' changes of state waiting now, without blocking: the loop has signals and
+  /// deadlines to watch too.
+  void reap() {
     int status = 0;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
@@ -238,50 +261,75 @@ int supervise(std::vector<Rank>& ranks, double grace) {
       r->ended = true;
       if (failed) say(outcome(*r, grace));
     }
-  };
-  while (running() > 0) {
-    reap();
-    if (running() == 0) break;
-    const auto now = Clock::now();
-    if (g_signals != signals) {
-      if (signals == 0) {
-        const int s = g_signal;
-        fail(128 + s, "signal " + signal_name(s) + " to the launcher");
-        kill_at = std::min(*kill_at, now + grace_d);
-        for (const Rank& r : ranks)
-          if (!r.ended) signal_rank(r, s);
-        say("signal " + signal_name(s) + " forwarded to the " + std::to_string(running()) +
-            " ranks still running; SIGKILL to those left in " + seconds(grace));
-      } else if (!give_up_at) {
-        kill_at = now;  // a second signal: no more grace
-      }
-      signals = g_signals;
+  }
+
+  /// The signals come since the last look: the first is forwarded to every rank's group and
+  /// starts the grace period; a second one ends the grace at once.
+  void take_signals(Clock::time_point now) {
+    if (g_signals == signals) return;
+    if (signals == 0) {
+      forward_signal(g_signal, now);
+    } else if (!give_up_at) {
+      kill_at = now;  // a second signal: no more grace
     }
-    if (kill_at && now >= *kill_at && !give_up_at) {
-      for (Rank& r : ranks)
-        if (!r.ended) signal_rank(r, SIGKILL), r.killed = true;
-      give_up_at = now + kReapWait;
+    signals = g_signals;
+  }
+
+  /// The first signal S: the run fails with 128 + S, S goes to every running rank's group, and
+  /// those left get the grace from now at most.
+  void forward_signal(int s, Clock::time_point now) {
+    fail(128 + s, "signal " + signal_name(s) + " to the launcher");
+    kill_at = std::min(*kill_at, now + grace_d);
+    for (const Rank& r : ranks)
+      if (!r.ended) signal_rank(r, s);
+    say("signal " + signal_name(s) + " forwarded to the " + std::to_string(running()) +
+        " ranks still running; SIGKILL to those left in " + seconds(grace));
+  }
+
+  /// The grace is over: SIGKILL to the ranks still running, and kReapWait for their reaping.
+  void kill_the_rest(Clock::time_point now) {
+    for (Rank& r : ranks)
+      if (!r.ended) signal_rank(r, SIGKILL), r.killed = true;
+    give_up_at = now + kReapWait;
+  }
+
+  void say_left_behind() const {
+    for (const Rank& r : ranks)
+      if (!r.ended)
+        say("rank " + std::to_string(r.rank) + " has not ended " +
+            seconds(double(kReapWait.count())) + " after the launcher's SIGKILL; left behind");
+  }
+
+  /// poll()'s timeout: until the next deadline (the give-up once the ranks were killed, else the
+  /// end of the grace), or none (-1) while nothing has failed.
+  int timeout_ms(Clock::time_point now) const {
+    const auto next = give_up_at ? give_up_at : kill_at;
+    if (!next) return -1;
+    return std::max(0, int(std::chrono::ceil<std::chrono::milliseconds>(*next - now).count()));
+  }
+};
+
+/// Waits for the ranks and returns the exit code. Once the run has failed (a rank did, or a
+/// signal came) every rank's end is said; those still running `grace` seconds later are killed.
+int supervise(std::vector<Rank>& ranks, double grace) {
+  Supervision s(ranks, grace);
+  while (s.running() > 0) {
+    s.reap();
+    if (s.running() == 0) break;
+    const auto now = Clock::now();
+    s.take_signals(now);
+    if (s.kill_at && now >= *s.kill_at && !s.give_up_at) {
+      s.kill_the_rest(now);
       continue;
     }
-    if (give_up_at && now >= *give_up_at) {
-      for (const Rank& r : ranks)
-        if (!r.ended)
-          say("rank " + std::to_string(r.rank) + " has not ended " +
-              seconds(double(kReapWait.count())) + " after the launcher's SIGKILL; left behind");
+    if (s.give_up_at && now >= *s.give_up_at) {
+      s.say_left_behind();
       break;
     }
-    int timeout_ms = -1;
-    if (const auto next = give_up_at ? give_up_at : kill_at)
-      timeout_ms =
-          std::max(0, int(std::chrono::ceil<std::chrono::milliseconds>(*next - now).count()));
-    pollfd wake{g_wake[0], POLLIN, 0};
-    ::poll(&wake, 1, timeout_ms);
-    char drain[64];
-    while (::read(g_wake[0], drain, sizeof drain) > 0) {
-    }
+    wait_for_wake(s.timeout_ms(now));
   }
-  if (code != 0) say("exit code " + std::to_string(code) + ": " + why);
-  return code;
+  if (s.code != 0) say("exit code " + std::to_string(s.code) + ": " + s.why);
+  return s.code;
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ inline Trajectory run_reference(const GradScalerOptions& o, const Workload& w, b
 
 enum class Mode { main_step, submit };
 
-Trajectory run_actors(const GradScalerOptions& o, const Workload& w, bool adam, Mode mode) {
+inline Trajectory run_actors(const GradScalerOptions& o, const Workload& w, bool adam, Mode mode) {
   GradScaler scaler(o);
   Net net(adam);
   Trajectory t;
