@@ -100,6 +100,23 @@ __device__ bool run_chunk(const Batch<N, P>& b, int t, std::int64_t begin, int n
 
 /// kMax: also raise *absmax to the block's largest finite |x| (a separate instantiation, so
 /// launches without it keep their code and cost).
+/// run_chunk for the chunk's dtype (one tensor's, uniform across the block).
+template <Op kOp, bool kMax, int N, int P>
+__device__ __forceinline__ bool run_typed(DType t, const Batch<N, P>& b, int lo, std::int64_t begin,
+                                          int n, float inv, float* mx) {
+  switch (t) {
+    case DType::f32:
+      return run_chunk<F32, kOp, kMax>(b, lo, begin, n, inv, mx);
+    case DType::f64:
+      return run_chunk<F64, kOp, kMax>(b, lo, begin, n, inv, mx);
+    case DType::f16:
+      return run_chunk<F16, kOp, kMax>(b, lo, begin, n, inv, mx);
+    case DType::bf16:
+      return run_chunk<BF16, kOp, kMax>(b, lo, begin, n, inv, mx);
+  }
+  return false;
+}
+
 template <int N, int P, Op kOp, bool kMax>
 __global__ void __launch_bounds__(kThreads)
     list_kernel(const __grid_constant__ Batch<N, P> b, const float* inv_dev, float inv_value,
@@ -118,22 +135,8 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t begin = std::int64_t(block - b.chunk_start[lo]) * kChunk;
   const int n = int(numel - begin < kChunk ? numel - begin : kChunk);
   const float inv = kOp == Op::check ? 1.0f : (inv_dev ? *inv_dev : inv_value);
-  bool bad = false;
   float mx = 0.0f;  // this thread's largest finite |x| (kMax)
-  switch (DType(nt >> kTypeShift)) {
-    case DType::f32:
-      bad = run_chunk<F32, kOp, kMax>(b, lo, begin, n, inv, &mx);
-      break;
-    case DType::f64:
-      bad = run_chunk<F64, kOp, kMax>(b, lo, begin, n, inv, &mx);
-      break;
-    case DType::f16:
-      bad = run_chunk<F16, kOp, kMax>(b, lo, begin, n, inv, &mx);
-      break;
-    case DType::bf16:
-      bad = run_chunk<BF16, kOp, kMax>(b, lo, begin, n, inv, &mx);
-      break;
-  }
+  const bool bad = run_typed<kOp, kMax>(DType(nt >> kTypeShift), b, lo, begin, n, inv, &mx);
   // Block max: shuffles within a warp (__reduce_max_sync needs sm_80; sm_75 is built too), then
   // one slot per warp, read after the barrier of __syncthreads_or. Non-negative floats order
   // like their bits, so the max and the atomic work on the uint32 bits.
