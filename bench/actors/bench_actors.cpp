@@ -5,6 +5,7 @@
 // goals and never fails on them; it fails only when a measurement could not be trusted (an error
 // reply, or a keeper that did not apply every update it was sent).
 #include "bench_actors.h"
+#include "bench_setup.h"
 
 using namespace ampactor::bench::actors;
 
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (!s.json_path.empty()) {
+    res["setup"] = ampactor::bench::run_setup();
     json_file << std::setw(2) << res << "\n";
     std::cout << "\nwrote " << s.json_path << "\n";
   }

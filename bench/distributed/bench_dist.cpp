@@ -33,6 +33,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 #include "timed_ranks.h"
 
@@ -232,6 +233,7 @@ int worker(int iters, std::int64_t width, int steps, const std::string& out) {
   nlohmann::json j = {{"ranks", w.launch.world_size}, {"agreement", agreement(w, iters)}};
   j["exchange"] = exchanges(w, iters / 4);
   j["pipeline"] = {pipeline(w, 0, width, steps), pipeline(w, 1, width, steps)};
+  j["setup"] = ampactor::bench::run_setup();
   if (w.launch.rank == 0) std::ofstream(out) << j.dump(2);
   return 0;
 }
@@ -300,7 +302,10 @@ int main(int argc, char** argv) {
                   << p["grad_average_ms"].get<double>() << " ms on the optimizer thread\n";
     }
     if (!json.empty())
-      std::ofstream(json) << nlohmann::json({{"floor", floor}, {"runs", all}}).dump(2);
+      std::ofstream(json) << nlohmann::json({{"floor", floor},
+                                             {"runs", all},
+                                             {"setup", ampactor::bench::run_setup()}})
+                                 .dump(2);
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "ampactor-bench-dist: " << e.what() << "\n";

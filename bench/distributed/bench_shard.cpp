@@ -29,6 +29,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 #include "timed_ranks.h"
 
@@ -211,6 +212,7 @@ int main(int argc, char** argv) {
         std::cout << " " << r << "x";
       std::cout << "; the median pair: " << kept["step_ratio_without_collectives"].get<double>()
                 << "x\n";
+      kept["setup"] = ampactor::bench::run_setup();
       all.push_back(kept);
     }
     if (!json.empty()) std::ofstream(json) << all.dump(2);

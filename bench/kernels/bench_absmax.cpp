@@ -23,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 
 namespace k = ampactor::kernels;
@@ -193,6 +194,7 @@ int main(int argc, char** argv) {
             << " at >= " << goal << "x of without, everywhere: " << (all_met ? "met" : "NOT met")
             << "\n";
   if (!json_path.empty()) {
+    out["setup"] = ampactor::bench::run_setup();
     std::ofstream f(json_path);
     f << std::setw(2) << out << "\n";
     if (!f) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench_gpu.h"
+#include "bench_setup.h"
 
 namespace k = ampactor::kernels;
 using Clock = std::chrono::steady_clock;
@@ -390,6 +391,7 @@ int main(int argc, char** argv) {
   res.json["meta/threads_all"] = all;
   res.json["meta/tensors"] = count;
   if (!json_path.empty()) {
+    res.json["setup"] = ampactor::bench::run_setup();
     json_file << std::setw(2) << res.json << "\n";
     std::cout << "\nwrote " << json_path << "\n";
   }

@@ -27,6 +27,7 @@
 #include <random>
 #include <thread>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 
 namespace ampactor::bench {
@@ -264,5 +265,6 @@ int main(int argc, char** argv) {
     at::set_num_threads(2);  // the trainer's team, as a trainer on both cores has
     all["pipeline"] = ampactor::bench::pipeline_threads(sizes_of(s.pipeline_mparams << 20), s.reps);
   }
+  all["setup"] = ampactor::bench::run_setup();
   if (!s.json_path.empty()) std::ofstream(s.json_path) << all.dump(1) << "\n";
 }

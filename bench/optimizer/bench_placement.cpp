@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 
 using ampactor::bench::Clock;
@@ -140,6 +141,9 @@ int main(int argc, char** argv) {
     rows.push_back({{"mparams", m}, {"one_by_one", one_by_one}, {"random", random}});
   }
   if (!json_path.empty())
-    std::ofstream(json_path) << nlohmann::json({{"threads", threads}, {"rows", rows}}).dump(1)
+    std::ofstream(json_path) << nlohmann::json({{"threads", threads},
+                                                {"rows", rows},
+                                                {"setup", ampactor::bench::run_setup()}})
+                                    .dump(1)
                              << "\n";
 }

@@ -30,6 +30,7 @@
 #include <memory>
 #include <thread>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 
 using namespace ampactor;
@@ -225,6 +226,7 @@ int main(int argc, char** argv) {
     j["overlap_ratio"] = ov_ms / sync_ms;
     j["overlap_over_fb"] = ov_ms / fb;
   }
+  j["setup"] = ampactor::bench::run_setup();
   if (!s.json.empty()) std::ofstream(s.json) << j.dump(2) << "\n";
   return 0;
 }

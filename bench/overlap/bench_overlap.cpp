@@ -9,6 +9,7 @@
 // step replaced by in-cache arithmetic of the same cost (no competition for memory).
 // Not a test: it reports figures and goals and never fails on them.
 #include "bench_overlap.h"
+#include "bench_setup.h"
 
 using namespace ampactor::bench::overlap;
 
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
     if (workload == "all" || workload == c.kind)
       res["workloads"][c.kind] = bench_workload(c, rounds, iters, warmup, quick);
   if (!json_path.empty()) {
+    res["setup"] = ampactor::bench::run_setup();
     json_file << std::setw(2) << res << "\n";
     std::cout << "wrote " << json_path << "\n";
   }

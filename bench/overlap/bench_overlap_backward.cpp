@@ -35,6 +35,7 @@
 #include <map>
 #include <thread>
 
+#include "bench_setup.h"
 #include "bench_util.h"
 
 using namespace ampactor;
@@ -218,6 +219,7 @@ int main(int argc, char** argv) {
             << " (goal <= 1.10: " << (ov / fb <= 1.10 ? "met" : "NOT met")
             << "); overlap / async: " << ov / as
             << " (goal <= 1.00: " << (ov / as <= 1.0 ? "met" : "NOT met") << ")\n";
+  j["setup"] = ampactor::bench::run_setup();
   if (!s.json.empty()) std::ofstream(s.json) << j.dump(2) << "\n";
   return 0;
 }
