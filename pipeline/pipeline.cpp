@@ -5,9 +5,7 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/actors/optimizer_actor.h>
 #include <ampactor/core/errors.h>
-#include <ampactor/optim/fused.h>
 #include <ampactor/pipeline/async_optimizer.h>
-#include <ampactor/scaler/clip.h>
 #include <ampactor/scaler/ranks.h>
 #include <torch/optim/optimizer.h>
 #include "internal/placement.h"
@@ -17,7 +15,6 @@
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 namespace ampactor {

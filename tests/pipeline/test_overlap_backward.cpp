@@ -4,7 +4,6 @@
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/optim/fused.h>
 #include <ampactor/pipeline/async_optimizer.h>
-#include <ampactor/scaler/ranks.h>
 #include <ampactor/trace/replay.h>
 #include <ampactor/trace/trace.h>
 
@@ -242,27 +241,11 @@ TEST_CASE("overlap_backward with shard_optimizer_state: the scaler disabled step
     CHECK(test::bits_equal(sharded[i], ref[i]));
 }
 
-namespace {
-/// One rank that counts the averages the pipeline asks of it.
-struct CountingRanks final : RankGroup {
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void all_max(float*, int) override {}
-  void average(std::vector<at::Tensor>&, float*, int) override { ++averages; }
-  void all_gather(const at::Tensor& mine, at::Tensor& gathered) override {
-    if (!mine.is_same(gathered)) gathered.narrow(0, 0, mine.numel()).copy_(mine);
-  }
-  void fail(const std::string&) noexcept override {}
-  void require_same(const std::string&, const std::string&) override {}
-  int averages = 0;
-};
-}  // namespace
-
 TEST_CASE(
     "overlap_backward with ranks: the scaler disabled averages the gradients as staleness 0") {
   // Nothing was speculated (nor averaged by bucket): the step is staleness 0's, its average too.
-  const auto plain = std::make_shared<CountingRanks>(),
-             overlapped = std::make_shared<CountingRanks>();
+  const auto plain = std::make_shared<test::SoloRanks>(),
+             overlapped = std::make_shared<test::SoloRanks>();
   const auto o = AsyncOptimizerOptions().staleness(0);
   const auto ref = disabled_run(GradScalerOptions().ranks(plain), o);
   const auto ov = disabled_run(GradScalerOptions().ranks(overlapped),
