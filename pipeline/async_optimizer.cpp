@@ -107,6 +107,7 @@ Pipeline::Pipeline(std::vector<at::Tensor> model_params, GradScaler& s, AsyncOpt
     waiter.reset();
     scaler_ = nullptr;
   });
+  if (options.tap()) options.tap()->attached();
 }
 
 void Pipeline::make_masters() {
@@ -141,9 +142,11 @@ Pipeline::~Pipeline() {
   if (overlap) overlap->unlink();  // an optimizer that outlives it no longer calls it
   // The queued jobs run to their end before the masters and the optimizers it owns go, even
   // after a job's error (which the scaler reports). A scaler that went first ran them all.
-  if (!scaler_) return;
-  scaler_->finish_jobs();
-  PipelineLink::forget(*scaler_, this);
+  if (scaler_) {
+    scaler_->finish_jobs();
+    PipelineLink::forget(*scaler_, this);
+  }
+  if (options.tap()) options.tap()->detached();  // after its last job's report
 }
 
 GradScaler& Pipeline::scaler() const {
@@ -185,7 +188,10 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   p_->check_optimizer(opt);
   p_->warn_uncleared_grads();
   p_->behind = p_->options.staleness() == 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const iteration_t k = p_->options.tap() ? p_->scaler().iteration() : 0;
   p_->schedule->step(opt, std::move(fn));
+  if (p_->options.tap()) p_->report_trainer(k, t0);
 }
 
 void AsyncOptimizer::sync() {

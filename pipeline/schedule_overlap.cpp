@@ -36,9 +36,15 @@ class Overlapped : public Schedule {
     }
     if (!p_.scaler().is_enabled()) return plain_->step(opt, std::move(fn));
     const std::vector<at::Tensor> grads = p_.model_grads();
+    const iteration_t k = p_.scaler().iteration();
     auto commit = [&](const std::vector<at::Tensor>& g) {
+      const auto t0 = std::chrono::steady_clock::now();
       const double norm = o.finish(opt, g, fn);
       if (p_.options.clip_grad_norm()) p_.grad_norm = norm;
+      // The buckets' speculated steps ran during backward: this is the commit's time.
+      if (p_.options.tap())
+        p_.report_optimizer(
+            k, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     };
     if (!p_.offload) return p_.run_step([&] { commit(grads); });
     // The grads no bucket sent (no hook fired, or the scale was not known yet) follow now; the

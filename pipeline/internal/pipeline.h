@@ -6,9 +6,11 @@
 #include <ampactor/pipeline/async_optimizer.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -45,6 +47,10 @@ struct Pipeline {
   /// optimizer's zero_grad() (over the masters) was called instead of the model's.
   void warn_uncleared_grads();
   void adopt(std::shared_ptr<torch::optim::Optimizer> opt);
+  /// The tap's reports (options.tap()): step() returning for iteration k after holding the
+  /// trainer since `since`, and a step of k that took `step_s` on the optimizer thread.
+  void report_trainer(std::int64_t k, std::chrono::steady_clock::time_point since);
+  void report_optimizer(std::int64_t k, double step_s);
   /// Which state this pipeline's masters are, as save() records it.
   std::string shard_text() const;
 
@@ -80,6 +86,8 @@ struct Pipeline {
   bool warned_uncleared = false;
   std::atomic<double> grad_norm{std::numeric_limits<double>::quiet_NaN()};  // set by jobs
   std::vector<std::shared_ptr<torch::optim::Optimizer>> owned;  // make_optimizer's; go first
+  std::atomic<bool> tap_dropped{false};  // the tap threw once: it is told nothing more
+  std::optional<std::chrono::steady_clock::time_point> last_return;  // step()'s, trainer thread
 
  private:
   /// The masters in their place (the shard's when sharded), each an fp32 (or optim_dtype) copy

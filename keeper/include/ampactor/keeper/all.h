@@ -4,3 +4,4 @@
 
 #include <ampactor/keeper/keeper_core.h>
 #include <ampactor/keeper/protocol.h>
+#include <ampactor/keeper/taps.h>

@@ -19,6 +19,7 @@
 #include <torch/ordered_dict.h>
 
 #include <ampactor/core/arg.h>
+#include <ampactor/core/pipeline_tap.h>
 
 #include <functional>
 #include <memory>
@@ -143,6 +144,11 @@ class AsyncOptimizerOptions {
   /// load_run on fewer ranks re-shards it. Costs a shard's exchange and write per rank
   /// (bench/distributed/README.md). automatic: where the ranks run on more than one host.
   AMPACTOR_ARG_ANY(ShardReplicas, shard_replicas, ShardReplicas::automatic);
+  /// Told each iteration's timing: how long step() held the trainer, the step's time on the
+  /// optimizer thread and clip_grad_norm's norm (e.g. ampactor::Metrics,
+  /// <ampactor/metrics/metrics.h>, given to the keeper too). A tap that throws is dropped, with
+  /// a line on stderr; the step goes on.
+  AMPACTOR_ARG_ANY(std::shared_ptr<PipelineTap>, tap, nullptr);
 };
 
 class AsyncOptimizer {
