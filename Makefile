@@ -2,14 +2,17 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_ARGS ?=
+# The metrics sinks: TensorBoard's event files (protobuf, Boost's CRC) and a Prometheus endpoint.
+METRICS_PACKAGES := libprotobuf-dev protobuf-compiler libboost-dev prometheus-cpp-dev
 DEB_PACKAGES := cmake g++ make libcaf-dev libtorch-dev doctest-dev nlohmann-json3-dev libcli11-dev \
-	libgloo-dev iproute2
+	libgloo-dev iproute2 $(METRICS_PACKAGES)
 # The demo's extras: a plot, and an optimised BLAS (Debian's LibTorch otherwise runs its matmuls on
 # the reference BLAS, about 15x slower here).
 DEMO_PACKAGES := gnuplot-nox libopenblas0-openmp
 # test-slow's launchers: Open MPI's mpirun and a one-node Slurm (tests/hosts; make test's hosts,
-# network namespaces, need iproute2's ip above).
-SLOW_PACKAGES := openmpi-bin slurmctld slurmd slurm-client munge
+# network namespaces, need iproute2's ip above); a Prometheus server and curl to scrape the
+# metrics endpoint.
+SLOW_PACKAGES := openmpi-bin slurmctld slurmd slurm-client munge prometheus curl
 # The sanitizer gate's compiler: clang with its sanitizer and libFuzzer runtimes.
 ASAN_PACKAGES := clang libclang-rt-14-dev
 

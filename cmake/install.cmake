@@ -5,7 +5,13 @@ include(CMakePackageConfigHelpers)
 
 set(_ampactor_libs ampactor_core ampactor_kernels ampactor_optim ampactor_scaler ampactor_checkpoint
     ampactor_keeper ampactor_protocol ampactor_messages ampactor_actors ampactor_pipeline ampactor_run
-    ampactor_trace)
+    ampactor_trace ampactor_metrics)
+if(AMPACTOR_TENSORBOARD)
+  list(APPEND _ampactor_libs ampactor_metrics_tensorboard)
+endif()
+if(AMPACTOR_PROMETHEUS)
+  list(APPEND _ampactor_libs ampactor_metrics_prometheus)
+endif()
 if(AMPACTOR_TORCH_CUDA)
   list(APPEND _ampactor_libs ampactor_kernels_cuda)
 endif()
@@ -22,7 +28,7 @@ set_target_properties(ampactor_all PROPERTIES EXPORT_NAME ampactor)
 # Each library's include/ holds its public headers and nothing else (internal headers live beside
 # the sources), so installing those folders installs exactly the public surface.
 set(_ampactor_include_dirs core kernels optim scaler checkpoint keeper messages actors pipeline run trace
-    .)
+    metrics .)
 if(AMPACTOR_DIST)
   list(APPEND _ampactor_include_dirs distributed)
 endif()

@@ -109,19 +109,21 @@ struct HalfRound : torch::autograd::Function<HalfRound> {
 
 at::Tensor forward(const std::vector<at::Tensor>& w, const at::Tensor& inputs,
                    const at::Tensor& targets, bool half, bool real_half) {
+  const std::size_t out = w.size() - 2;  // E, then (W, b) per hidden layer, then Wout, bout
+  const std::int64_t batch = inputs.size(0);
   if (real_half) {  // fp16 weights and fp16 kernels; the loss in fp32
-    const std::int64_t batch = inputs.size(0);
-    at::Tensor emb = at::index_select(w[0], 0, inputs.reshape({-1})).view({batch, -1});
-    at::Tensor h = at::tanh(at::matmul(emb, w[1]) + w[2]);
-    return at::cross_entropy_loss((at::matmul(h, w[3]) + w[4]).to(at::kFloat), targets);
+    at::Tensor h = at::index_select(w[0], 0, inputs.reshape({-1})).view({batch, -1});
+    for (std::size_t l = 1; l < out; l += 2)
+      h = at::tanh(at::matmul(h, w[l]) + w[l + 1]);
+    return at::cross_entropy_loss((at::matmul(h, w[out]) + w[out + 1]).to(at::kFloat), targets);
   }
   auto r = [half](const at::Tensor& x) { return half ? HalfRound::apply(x) : x; };
   // Casting a Half parameter to float is differentiable: its gradient comes back as Half.
   auto f = [](const at::Tensor& p) { return p.scalar_type() == at::kFloat ? p : p.to(at::kFloat); };
-  const std::int64_t batch = inputs.size(0);
-  at::Tensor emb = at::index_select(f(w[0]), 0, inputs.reshape({-1})).view({batch, -1});
-  at::Tensor h = r(at::tanh(r(at::matmul(r(emb), f(w[1])) + f(w[2]))));
-  at::Tensor logits = r(at::matmul(h, f(w[3])) + f(w[4]));
+  at::Tensor h = r(at::index_select(f(w[0]), 0, inputs.reshape({-1})).view({batch, -1}));
+  for (std::size_t l = 1; l < out; l += 2)
+    h = r(at::tanh(r(at::matmul(h, f(w[l])) + f(w[l + 1]))));
+  at::Tensor logits = r(at::matmul(h, f(w[out])) + f(w[out + 1]));
   return at::cross_entropy_loss(logits, targets);
 }
 
@@ -135,14 +137,17 @@ CharMlp::CharMlp(const ModelShape& shape, at::ScalarType dtype, std::uint64_t se
     at::Tensor t = at::randn(sizes, gen, at::TensorOptions().dtype(at::kFloat)) * sd;
     return t.to(device, dtype_).set_requires_grad(true);
   };
-  const double in1 = double(shape.context * shape.embed);
+  auto zeros = [&](std::int64_t n) {
+    return at::zeros({n}, at::TensorOptions().dtype(dtype_).device(device)).set_requires_grad(true);
+  };
   params_.push_back(init({shape.vocab, shape.embed}, 1.0));
-  params_.push_back(init({shape.context * shape.embed, shape.hidden}, 1.0 / std::sqrt(in1)));
-  params_.push_back(at::zeros({shape.hidden}, at::TensorOptions().dtype(dtype_).device(device))
-                        .set_requires_grad(true));
+  for (std::int64_t l = 0; l < shape.layers; ++l) {
+    const std::int64_t in = l == 0 ? shape.context * shape.embed : shape.hidden;
+    params_.push_back(init({in, shape.hidden}, 1.0 / std::sqrt(double(in))));
+    params_.push_back(zeros(shape.hidden));
+  }
   params_.push_back(init({shape.hidden, shape.vocab}, 1.0 / std::sqrt(double(shape.hidden))));
-  params_.push_back(at::zeros({shape.vocab}, at::TensorOptions().dtype(dtype_).device(device))
-                        .set_requires_grad(true));
+  params_.push_back(zeros(shape.vocab));
 }
 
 at::Tensor CharMlp::loss(const at::Tensor& inputs, const at::Tensor& targets) const {
@@ -155,10 +160,16 @@ at::Tensor CharMlp::loss_fp32(const std::vector<at::Tensor>& weights, const at::
 }
 
 torch::OrderedDict<std::string, at::Tensor> CharMlp::named_parameters() const {
-  static const char* names[] = {"embed", "hidden.weight", "hidden.bias", "out.weight", "out.bias"};
   torch::OrderedDict<std::string, at::Tensor> out;
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    out.insert(names[i], params_[i]);
+  out.insert("embed", params_[0]);
+  const std::size_t last = params_.size() - 2;
+  for (std::size_t l = 1; l < last; l += 2) {
+    const std::string layer = l == 1 ? "hidden" : "hidden" + std::to_string(l / 2 + 1);
+    out.insert(layer + ".weight", params_[l]);
+    out.insert(layer + ".bias", params_[l + 1]);
+  }
+  out.insert("out.weight", params_[last]);
+  out.insert("out.bias", params_[last + 1]);
   return out;
 }
 

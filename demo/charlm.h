@@ -39,9 +39,10 @@ struct ModelShape {
   std::int64_t context = 12;
   std::int64_t embed = 24;
   std::int64_t hidden = 256;
+  std::int64_t layers = 1;  // hidden layers (Linear -> tanh each)
 };
 
-/// Embedding -> Linear -> tanh -> Linear, as plain tensors.
+/// Embedding -> (Linear -> tanh) x layers -> Linear, as plain tensors.
 class CharMlp {
  public:
   /// dtype kHalf: fp16 storage, and fp16 arithmetic: real on a CUDA device, emulated on the CPU;
@@ -50,7 +51,8 @@ class CharMlp {
           at::Device device = at::kCPU);
   std::vector<at::Tensor>& parameters() { return params_; }
   /// The parameters by name, as a torch::nn::Module's named_parameters() (for the scaler's
-  /// overflow reports): embed, hidden.weight, hidden.bias, out.weight, out.bias.
+  /// overflow reports): embed, hidden.weight, hidden.bias, (hidden2.weight, hidden2.bias, ...),
+  /// out.weight, out.bias.
   torch::OrderedDict<std::string, at::Tensor> named_parameters() const;
   at::ScalarType dtype() const { return dtype_; }
   /// Mean cross-entropy of the next character (computed in fp32, as autocast does).
@@ -63,7 +65,7 @@ class CharMlp {
  private:
   at::ScalarType dtype_;
   bool real_half_;                  // fp16 kernels exist (CUDA): no emulation
-  std::vector<at::Tensor> params_;  // E, W1, b1, W2, b2
+  std::vector<at::Tensor> params_;  // E, W1, b1, ..., Wout, bout
 };
 
 /// Counts, at every fp16 layer boundary of the backward pass, the gradient elements that are

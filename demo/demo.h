@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,11 @@ inline bool scaled(const std::string& mode) {
 
 struct Settings {
   int steps = 300;
-  std::int64_t batch = 4096;
+  // A model deep and a batch small enough that Adam's step is a real share of an iteration, as
+  // where a pipeline pays (a CPU optimizer beside a GPU's forward and backward).
+  std::int64_t batch = 128;
+  std::int64_t hidden = 512;
+  std::int64_t layers = 4;
   double lr = 3e-3;
   std::uint64_t seed = 1;
   std::vector<int> overflow_at;  // forced overflows: the loss scaled up 1e5x
@@ -41,9 +46,9 @@ struct Settings {
   int spike_length = 4;          // 0: no burst
   int spike_factor = 16;
   int growth_interval = 10;  // short, so that 300 steps reach the overflow regime
-  double workers = 64;
+  double workers = 2048;     // x batch 128: the global batch of 262144 characters
   int probe_every = 25;
-  int threads = 0;
+  int threads = 1;  // the trainer's; the optimizer's thread has its own core
   std::string out = "out/demo";
   std::string text_dir = "/usr/share/common-licenses";
   std::string device = "cpu";
@@ -55,6 +60,14 @@ struct Settings {
   // In a rank of such a run: its group, its index and the rank count.
   std::shared_ptr<ampactor::RankGroup> ranks;
   int rank = 0, world = 1;
+
+  ModelShape shape(std::int64_t vocab) const {
+    ModelShape m;
+    m.vocab = vocab;
+    m.hidden = hidden;
+    m.layers = layers;
+    return m;
+  }
 
   bool in_spike(int k) const {
     return spike_length > 0 && k >= spike_at && k < spike_at + spike_length;
@@ -83,6 +96,16 @@ Summary run(const std::string& mode, const Corpus& corpus, const ModelShape& sha
 
 /// --trace FILE: the trace of one scaled run ("" when not recording it).
 std::string trace_file(const Settings& s, const std::string& mode);
+
+/// fp16-overlap against fp16-sync, when both ran: whether every loss, scale and skip and the eval
+/// losses are equal bit for bit (what differs, if not), and the speeds.
+struct PipelineCase {
+  bool equal = false;
+  std::string differs;
+  double sync_ips = 0, overlap_ips = 0;
+  double ratio() const { return overlap_ips / sync_ips; }
+};
+std::optional<PipelineCase> pipeline_case(const Settings& s, const std::vector<Summary>& runs);
 
 /// The closing table on stdout and out/summary.csv.
 void report(const Settings& s, const std::vector<Summary>& runs);

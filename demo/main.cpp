@@ -23,6 +23,8 @@ void add_options(CLI::App& app, Settings& s) {
   app.add_option("--steps", s.steps, "iterations per run")->check(CLI::Range(1, 1000000));
   app.add_option("--batch", s.batch, "characters predicted per iteration")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--hidden", s.hidden, "the hidden layers' width")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--layers", s.layers, "hidden layers (Linear, tanh)")->check(CLI::Range(1, 64));
   app.add_option("--lr", s.lr, "Adam learning rate")->check(CLI::PositiveNumber);
   app.add_option("--seed", s.seed, "seed for the weights and the batches");
   app.add_option("--optimizer", s.optimizer,
@@ -57,7 +59,9 @@ void add_options(CLI::App& app, Settings& s) {
   app.add_option("--probe-every", s.probe_every,
                  "measure fp16 gradient underflow every N iterations (0: never)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--threads", s.threads, "LibTorch threads (0: all cores)")
+  app.add_option("--threads", s.threads,
+                 "the trainer's LibTorch threads (0: all cores; the optimizer runs on a thread of "
+                 "its own)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--out", s.out, "output folder");
   app.add_option("--text-dir", s.text_dir, "folder of text files to train on");
@@ -130,8 +134,7 @@ int check_settings(const CLI::App& app, Settings& s) {
 /// One rank of --nproc: the runs, no report (the launching process makes it).
 int run_rank(Settings& s) {
   demo::Corpus corpus(s.text_dir);
-  demo::ModelShape shape;
-  shape.vocab = corpus.vocab();
+  const demo::ModelShape shape = s.shape(corpus.vocab());
   for (const auto& mode : s.modes) {
     if (s.rank == 0) std::cout << "run " << mode << " (rank 0 of " << s.world << ")\n";
     demo::run(mode, corpus, shape, s);
@@ -142,14 +145,13 @@ int run_rank(Settings& s) {
 /// Every mode in this process, the report and the plot, then the data-parallel runs if asked.
 int run_all(Settings& s, int argc, char** argv) {
   demo::Corpus corpus(s.text_dir);
-  demo::ModelShape shape;
-  shape.vocab = corpus.vocab();
+  const demo::ModelShape shape = s.shape(corpus.vocab());
   std::cout << "corpus: " << corpus.files() << " files from " << s.text_dir << ", " << corpus.size()
             << " characters, alphabet " << corpus.vocab() << "\n"
-            << "model: context " << shape.context << ", embedding " << shape.embed << ", hidden "
-            << shape.hidden << "; batch " << s.batch << ", " << s.steps << " steps, Adam lr "
-            << s.lr << " (asynchronous runs: " << s.optimizer << "), " << at::get_num_threads()
-            << " threads, device " << s.device
+            << "model: context " << shape.context << ", embedding " << shape.embed << ", "
+            << shape.layers << " hidden layers of " << shape.hidden << "; batch " << s.batch << ", "
+            << s.steps << " steps, Adam lr " << s.lr << " (asynchronous runs: " << s.optimizer
+            << "), " << at::get_num_threads() << " threads, device " << s.device
             << (s.device == "cuda" ? " (real fp16)" : " (fp16 emulated)") << "\n";
   std::vector<Summary> runs;
   for (const auto& mode : s.modes) {
@@ -160,6 +162,10 @@ int run_all(Settings& s, int argc, char** argv) {
   }
   demo::report(s, runs);
   demo::plot(s, runs);
+  if (const auto c = demo::pipeline_case(s, runs); c && !c->equal) {
+    std::cerr << "ampactor-demo: fp16-overlap differs from fp16-sync in " << c->differs << "\n";
+    return 1;
+  }
   if (s.nproc > 1) {
     if (demo::launch_ranks(s, argc, argv) != 0) {
       std::cerr << "ampactor-demo: the data-parallel ranks failed (above)\n";

@@ -118,6 +118,56 @@ void bars(std::ostream& f, const std::string& dir, const std::string& title, int
     << "set offsets 0, 0, 0, 0\n";
 }
 
+/// The scale of run `m`, its skipped steps marked (the burst shaded by the caller).
+void scale_panel(std::ostream& f, const std::string& dir, const std::vector<Summary>& runs,
+                 const std::string& m) {
+  const std::string csv = dir + m + ".csv";
+  std::string layers;  // the layers that overflowed, as the scaler named them
+  for (const Summary& r : runs)
+    if (r.mode == m && !r.burst_overflowed.empty())
+      layers = "\\nthe burst overflowed: " + r.burst_overflowed;
+  f << "set title \"Scale: " << m << " (skipped steps marked)" << layers << "\" noenhanced\n"
+    << "plot '" << csv << "' using 1:3 every ::1 with steps lw 2 title 'scale', '" << csv
+    << "' using 1:($4 > 0 ? $3 : 1/0) every ::1 with points pt 7 ps 1.2 lc rgb 'red' "
+       "title 'skipped'\n";
+}
+
+/// The scale panels' axes, and the burst shaded.
+void scale_axes(std::ostream& f, const Settings& s) {
+  if (s.spike_length > 0)
+    f << "set object 1 rect from " << s.spike_at << ", graph 0 to " << s.spike_at + s.spike_length
+      << ", graph 1 fc rgb '#ffe0c0' fs solid behind\n";
+  f << "set logscale y 2\nset format y '2^{%L}'\nset xlabel 'iteration'\nset ylabel 'loss scale'\n"
+    << "set key default\nset key bottom right font ',8'\nset offsets 0, 0, graph 0.08, 0\n";
+}
+
+void unset_scale_axes(std::ostream& f) {
+  f << "unset object 1\nunset logscale y\nset format y '%g'\nset offsets 0, 0, 0, 0\n"
+    << "set key default\nset key top right font ',8'\n";
+}
+
+const Summary* find(const std::vector<Summary>& runs, const std::string& mode) {
+  for (const Summary& r : runs)
+    if (r.mode == mode) return &r;
+  return nullptr;
+}
+
+/// The file's lines, each cut to its first `cols` comma-separated columns (0: whole).
+std::vector<std::string> lines(const std::string& path, int cols) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    if (cols > 0) {
+      std::size_t at = 0;
+      for (int c = 0; c < cols && at != std::string::npos; ++c)
+        at = line.find(',', at ? at + 1 : 0);
+      if (at != std::string::npos) line.resize(at);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
 /// A list as one CSV field: "; " between its items, no comma to split on.
 std::string csv_field(std::string s) {
   for (std::size_t i = s.find(", "); i != std::string::npos; i = s.find(", ", i))
@@ -126,6 +176,24 @@ std::string csv_field(std::string s) {
 }
 
 }  // namespace
+
+std::optional<PipelineCase> pipeline_case(const Settings& s, const std::vector<Summary>& runs) {
+  const Summary *sync = find(runs, "fp16-sync"), *overlap = find(runs, "fp16-overlap");
+  if (!sync || !overlap) return std::nullopt;
+  PipelineCase c;
+  c.sync_ips = s.steps / sync->wall_s;
+  c.overlap_ips = s.steps / overlap->wall_s;
+  const std::string dir = s.out + "/";
+  // The per-iteration CSVs' iteration, loss, scale and skipped (the last column is a time).
+  if (lines(dir + "fp16-sync.csv", 4) != lines(dir + "fp16-overlap.csv", 4))
+    c.differs = "the losses, scales or skips of some iteration";
+  else if (lines(dir + "fp16-sync.probe.csv", 0) != lines(dir + "fp16-overlap.probe.csv", 0))
+    c.differs = "the eval losses during training";
+  else if (sync->eval_loss != overlap->eval_loss || sync->final_scale != overlap->final_scale)
+    c.differs = "the final eval loss or scale";
+  c.equal = c.differs.empty();
+  return c;
+}
 
 void report(const Settings& s, const std::vector<Summary>& runs) {
   std::ofstream sum(s.out + "/summary.csv");
@@ -166,7 +234,18 @@ void report(const Settings& s, const std::vector<Summary>& runs) {
   if (s.spike_length > 0)
     std::cout << "burst: iterations " << s.spike_at << " to " << s.spike_at + s.spike_length - 1
               << " draw " << s.spike_factor << "x the batch with the usual normalisation\n";
-  std::cout << "CSVs and summary: " << s.out << "/\n";
+  if (const auto c = pipeline_case(s, runs)) {
+    std::cout << std::fixed << std::setprecision(2) << "\nthe pipeline's case: fp16-overlap ";
+    if (c->equal)
+      std::cout << "ends at fp16-sync's eval loss, losses, scales and skips, bit for bit, ";
+    else
+      std::cout << "DIFFERS from fp16-sync in " << c->differs << ", ";
+    std::cout << "at " << c->ratio() << "x its iterations per second (" << std::setprecision(1)
+              << c->overlap_ips << " against " << c->sync_ips << ")\n"
+              << std::defaultfloat;
+  }
+  std::cout << "CSVs and summary: " << s.out << "/; per-iteration metrics: " << s.out
+            << "/metrics/; TensorBoard: tensorboard --logdir " << s.out << "/tensorboard\n";
 }
 
 void plot(const Settings& s, const std::vector<Summary>& runs) {
@@ -175,7 +254,9 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     if (scaled(r.mode)) scaled_runs.push_back(r.mode);
   const std::string gp = s.out + "/demo.gp";
   std::ofstream f(gp);
-  const int panels = 5 + int(scaled_runs.size());
+  const std::optional<PipelineCase> c = pipeline_case(s, runs);
+  const bool pair = c.has_value();
+  const int panels = 5 + int(scaled_runs.size()) + (pair ? 1 : 0);
   const int rows = (panels + 1) / 2;
   const std::string dir = s.out + "/";
   f << "set terminal pngcairo size 1400," << 360 * rows << " font ',10'\n"
@@ -183,9 +264,33 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     << "set multiplot layout " << rows << ",2 title 'ampactor-demo: character-level LM, "
     << (s.device == "cuda" ? "real fp16 on the GPU" : "fp16 emulated on the CPU") << "'\n"
     << "set key top right font ',8'\nset grid\n";
-  // First what a reader wants: the final eval loss and the speed of every mode.
-  bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
-  bars(f, dir, "Iterations per second (whole run)", 10, "%.1f");
+  std::ostringstream ips;
+  ips << "Iterations per second (whole run)";
+  if (pair) {
+    // First the pipeline's case: the overlapped backward trains as the synchronous pipeline,
+    // bit for bit, and faster; then the two runs' scales.
+    ips << ": fp16-overlap " << std::fixed << std::setprecision(2) << c->ratio() << "x fp16-sync";
+    f << "set title \"The pipeline's case: fp16-overlap ends at fp16-sync's eval loss"
+      << (c->equal ? ", bit for bit" : " NOT bit for bit: " + c->differs)
+      << "\" noenhanced\nset xlabel 'iteration'\nset ylabel 'eval loss'\nplot ";
+    bool first = true;
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      if (runs[i].mode == "fp32" || runs[i].mode == "fp16-sync" || runs[i].mode == "fp16-overlap") {
+        f << (first ? "" : ", ") << curve(dir, runs[i].mode, i, 1, 1, 2, "");
+        first = false;
+      }
+    f << "\n";
+    bars(f, dir, ips.str(), 10, "%.1f");
+    scale_axes(f, s);
+    scale_panel(f, dir, runs, "fp16-sync");
+    scale_panel(f, dir, runs, "fp16-overlap");
+    unset_scale_axes(f);
+    bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
+  } else {
+    // First what a reader wants: the final eval loss and the speed of every mode.
+    bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
+    bars(f, dir, ips.str(), 10, "%.1f");
+  }
   // Then the curves, every run at its true values; runs that coincide say so in the key.
   // The loss panel starts at the second probe: the untrained model's loss would stretch the axis.
   if (s.spike_length > 0)
@@ -206,24 +311,10 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
   }
   f << "\nunset object 1\nset key default\nset key top right font ',8'\n";
   table_panel(f, runs, s.steps);
-  // The scale: one panel per scaled run, skipped steps marked, the burst shaded.
-  // Headroom above the highest scale keeps the skip marks there off the panel's border.
-  if (s.spike_length > 0)
-    f << "set object 1 rect from " << s.spike_at << ", graph 0 to " << s.spike_at + s.spike_length
-      << ", graph 1 fc rgb '#ffe0c0' fs solid behind\n";
-  f << "set logscale y 2\nset format y '2^{%L}'\nset xlabel 'iteration'\nset ylabel 'loss scale'\n"
-    << "set key default\nset key bottom right font ',8'\nset offsets 0, 0, graph 0.08, 0\n";
-  for (const auto& m : scaled_runs) {
-    const std::string csv = dir + m + ".csv";
-    std::string layers;  // the layers that overflowed, as the scaler named them
-    for (const Summary& r : runs)
-      if (r.mode == m && !r.burst_overflowed.empty())
-        layers = "\\nthe burst overflowed: " + r.burst_overflowed;
-    f << "set title \"Scale: " << m << " (skipped steps marked)" << layers << "\" noenhanced\n"
-      << "plot '" << csv << "' using 1:3 every ::1 with steps lw 2 title 'scale', '" << csv
-      << "' using 1:($4 > 0 ? $3 : 1/0) every ::1 with points pt 7 ps 1.2 lc rgb 'red' "
-         "title 'skipped'\n";
-  }
+  // The scale: one panel per scaled run (the pipeline's case showed its two already).
+  scale_axes(f, s);
+  for (const auto& m : scaled_runs)
+    if (!pair || (m != "fp16-sync" && m != "fp16-overlap")) scale_panel(f, dir, runs, m);
   f << "unset multiplot\n";
   f.close();
   const std::string cmd = "gnuplot '" + gp + "' 2>&1";

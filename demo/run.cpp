@@ -1,6 +1,11 @@
 // One training run of the demo per mode: the model, the optimizer pipeline, the burst, the probes.
 #include <ampactor/actors/grad_scaler.h>
 #include <ampactor/core/scale_state.h>
+#include <ampactor/keeper/taps.h>
+#include <ampactor/metrics/metrics.h>
+#ifdef AMPACTOR_DEMO_TENSORBOARD
+#include <ampactor/metrics/tensorboard.h>
+#endif
 #include <ampactor/optim/fused.h>
 #include <ampactor/pipeline/async_optimizer.h>
 #include <ampactor/trace/trace.h>
@@ -149,7 +154,23 @@ struct Trainer {
     const std::string trace = trace_file(s, m.name);
     auto keeper = ampactor::KeeperOptions().policy(m.lagged ? ampactor::ScalePolicy::lagged
                                                             : ampactor::ScalePolicy::exact);
-    if (!trace.empty()) keeper.tap(ampactor::record_trace(trace));
+    // Each scaled run's figures, per iteration: out/metrics/<mode>.jsonl, and TensorBoard's
+    // events under out/tensorboard/<mode>/ (tensorboard --logdir out/tensorboard).
+    if (scaled(m.name)) {
+      metrics = std::make_shared<ampactor::Metrics>();
+      std::filesystem::create_directories(s.out + "/metrics");
+      metrics->sink(
+          std::make_shared<ampactor::JsonlMetrics>(s.out + "/metrics/" + m.name + ".jsonl"));
+#ifdef AMPACTOR_DEMO_TENSORBOARD
+      metrics->sink(
+          std::make_shared<ampactor::TensorBoardMetrics>(s.out + "/tensorboard/" + m.name));
+#endif
+    }
+    std::vector<std::shared_ptr<ampactor::KeeperTap>> taps;
+    if (metrics) taps.push_back(metrics);
+    if (!trace.empty()) taps.push_back(ampactor::record_trace(trace));
+    if (taps.size() == 1) keeper.tap(taps.front());
+    if (taps.size() > 1) keeper.tap(ampactor::tee_taps(taps));
     scaler = std::make_unique<ampactor::GradScaler>(so, keeper);
     scaler->run_on_optimizer(flush_denormals);  // the optimizer thread has a team of its own
     // Asynchronous runs take everything but the weight swap off the trainer's path (the same
@@ -165,7 +186,8 @@ struct Trainer {
                                                           .swap_weights(m.async)
                                                           .defer_grad_move(m.async)
                                                           .overlap_backward(m.overlap)
-                                                          .bucket_bytes(64 << 10));
+                                                          .bucket_bytes(64 << 10)
+                                                          .tap(metrics));
     pipe->name_parameters(model.named_parameters());  // the overflow reports name the layers
     const bool fused_sync = TORCH_VERSION_MAJOR >= 2 && m.name == "fp16-sync";
     if (((m.async || fused_sync) && s.optimizer == "fused") || m.overlap)
@@ -220,6 +242,7 @@ struct Trainer {
 
   Mode mode;
   CharMlp model;
+  std::shared_ptr<ampactor::Metrics> metrics;  // scaled runs: given to the keeper and the pipeline
   std::optional<ampactor::ScaleState> pending;
   std::unique_ptr<torch::optim::Adam> own_opt;  // fp32's
   std::unique_ptr<ampactor::GradScaler> scaler;

@@ -60,25 +60,25 @@ std::string csv_field(const std::string& s) {
 }  // namespace
 
 std::string to_json_line(const IterationMetrics& m) {
-  nlohmann::json j = {{"k", m.k},
-                      {"wall_time", m.wall_time},
-                      {"scale_used", m.scale_used},
-                      {"scale", m.scale},
-                      {"found_inf", m.found_inf},
-                      {"skipped", m.skipped},
-                      {"abandoned", m.abandoned},
-                      {"backed_off", m.backed_off},
-                      {"grew", m.grew},
-                      {"growth_tracker", m.growth_tracker},
-                      {"backoffs_in_row", m.backoffs_in_row},
-                      {"collapsing", m.collapsing},
-                      {"found_by", m.found_by},
-                      {"overflow", m.overflow},
-                      {"grad_norm", m.grad_norm},
-                      {"trainer_wait_s", m.trainer_wait_s},
-                      {"optimizer_step_s", m.optimizer_step_s},
-                      {"iteration_s", m.iteration_s},
-                      {"complete", m.complete}};
+  nlohmann::ordered_json j = {{"k", m.k},
+                              {"wall_time", m.wall_time},
+                              {"scale_used", m.scale_used},
+                              {"scale", m.scale},
+                              {"found_inf", m.found_inf},
+                              {"skipped", m.skipped},
+                              {"abandoned", m.abandoned},
+                              {"backed_off", m.backed_off},
+                              {"grew", m.grew},
+                              {"growth_tracker", m.growth_tracker},
+                              {"backoffs_in_row", m.backoffs_in_row},
+                              {"collapsing", m.collapsing},
+                              {"found_by", m.found_by},
+                              {"overflow", m.overflow},
+                              {"grad_norm", m.grad_norm},
+                              {"trainer_wait_s", m.trainer_wait_s},
+                              {"optimizer_step_s", m.optimizer_step_s},
+                              {"iteration_s", m.iteration_s},
+                              {"complete", m.complete}};
   return j.dump();  // NaN is written as null
 }
 

@@ -87,6 +87,7 @@ if [ "$mode" = subproject ]; then
   test ! -e "$work/sub/ampactor/demo" && test ! -e "$work/sub/ampactor/tests"
   "$work/sub/local_scaler"
   "$work/sub/first_pipeline"
+  "$work/sub/watch_metrics" "$work/watch-sub"
   "$work/sub/caf_service"
   "$work/sub/async_steps" "$work/run-sub.jsonl"
   "$work/sub/checkpoint_resume" --steps 60 --every 20 --dir "$work/ckpt-sub" >"$work/ckpt-sub.log"
@@ -102,6 +103,8 @@ cmake -S "$src/examples" -B "$work/find" -DCMAKE_BUILD_TYPE=Release \
 cmake --build "$work/find" -j 2 >"$work/find-build.log"
 "$work/find/local_scaler"
 "$work/find/first_pipeline"
+"$work/find/watch_metrics" "$work/watch"
+test -s "$work/watch/metrics.csv" && ls "$work/watch/tensorboard/"events.out.tfevents.*
 "$work/find/caf_service"
 "$work/find/async_steps" "$work/run.jsonl"
 "$work/prefix/bin/ampactor-replay" "$work/run.jsonl"  # the installed replay reads its trace

@@ -49,6 +49,20 @@ done
 cmp "$out/fp16-sync.probe.csv" "$out/fp16-overlap.probe.csv" ||
   fail "fp16-overlap's eval losses differ from fp16-sync's"
 [ -s "$out/summary.csv" ] || fail "no summary.csv"
+# The demo checks it too, and says so; the final eval losses agree as well.
+grep -q "the pipeline's case: fp16-overlap ends at fp16-sync's eval loss, losses, scales and skips, bit for bit" \
+  "$out.log" || fail "the demo did not report fp16-overlap equal to fp16-sync bit for bit"
+[ "$(grep '^fp16-sync,' "$out/summary.csv" | cut -d, -f2-8)" = \
+  "$(grep '^fp16-overlap,' "$out/summary.csv" | cut -d, -f2-8)" ] ||
+  fail "fp16-overlap's summary (eval loss, skips, final scale) differs from fp16-sync's"
+# Every scaled run's per-iteration metrics: a record per iteration, the injected overflow skipped.
+for m in fp16-sync fp16-overlap fp16-async fp16-deepspeed; do
+  [ "$(wc -l <"$out/metrics/$m.jsonl")" -eq 8 ] || fail "metrics/$m.jsonl should have 8 records"
+  grep -q '"k":3,.*"skipped":true' "$out/metrics/$m.jsonl" || fail "metrics/$m.jsonl: iteration 3 not skipped"
+done
+if [ -d "$out/tensorboard" ]; then
+  ls "$out/tensorboard/fp16-overlap/"events.out.tfevents.* >/dev/null || fail "no TensorBoard events for fp16-overlap"
+fi
 
 # Data parallel, where the build has ampactor::distributed: 2 ranks skip what one process skips.
 if "$demo" --help | grep -q -- "--nproc"; then
