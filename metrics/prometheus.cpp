@@ -1,19 +1,26 @@
-// PrometheusMetrics: prometheus-cpp's registry and HTTP exposer; write() only sets atomics.
+// PrometheusMetrics: prometheus-cpp's registry and text format, served by a small HTTP server of
+// its own (metrics/http_endpoint.cpp); write() only sets atomics. Not prometheus-cpp's Exposer:
+// Debian's civetweb under it starts its threads with a fixed small stack, which cannot hold the
+// thread-local storage of a process with LibTorch and OpenBLAS (pthread_create fails with
+// EINVAL, "Cannot create first worker thread").
 #include <ampactor/metrics/prometheus.h>
 
 #include <cmath>
+#include <sstream>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <ampactor/core/errors.h>
+
+#include "http_endpoint.h"
 
 namespace ampactor {
 
 struct PrometheusMetrics::State {
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<internal::HttpEndpoint> endpoint;
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   prometheus::Counter *iterations, *skipped, *found_inf, *overflow_tensors, *wait, *step;
   prometheus::Gauge *iteration, *scale, *scale_used, *growth_tracker, *backoffs, *collapsing,
@@ -49,12 +56,16 @@ PrometheusMetrics::PrometheusMetrics(const std::string& bind_address, const std:
   s_->last_step = gauge("ampactor_optimizer_step_seconds", "The last iteration's step time");
   s_->iteration_time = gauge("ampactor_iteration_seconds", "The last iteration's time");
   try {
-    s_->exposer = std::make_unique<prometheus::Exposer>(bind_address);
+    std::weak_ptr<prometheus::Registry> registry = s_->registry;
+    s_->endpoint = std::make_unique<internal::HttpEndpoint>(bind_address, [registry] {
+      std::ostringstream out;
+      if (const auto r = registry.lock()) prometheus::TextSerializer().Serialize(out, r->Collect());
+      return out.str();
+    });
   } catch (const std::exception& e) {
     throw ScalerError(errc::bad_option,
                       "PrometheusMetrics: cannot serve on " + bind_address + ": " + e.what());
   }
-  s_->exposer->RegisterCollectable(s_->registry);
 }
 
 PrometheusMetrics::~PrometheusMetrics() = default;
@@ -84,8 +95,7 @@ void PrometheusMetrics::write(const IterationMetrics& m) {
 }
 
 int PrometheusMetrics::port() const {
-  const std::vector<int> ports = s_->exposer->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
+  return s_->endpoint->port();
 }
 
 }  // namespace ampactor

@@ -40,8 +40,8 @@ namespace {
   return v;
 }
 
-/// GET http://127.0.0.1:port/metrics, with a 10 s timeout on every socket call.
-[[maybe_unused]] std::string http_get(int port) {
+/// GET http://127.0.0.1:port<path>, with a 10 s timeout on every socket call.
+[[maybe_unused]] std::string http_get(int port, const std::string& path = "/metrics") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   timeval tv{10, 0};
@@ -52,7 +52,7 @@ namespace {
   a.sin_port = htons(static_cast<std::uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
   REQUIRE(send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size()));
   std::string out;
   char buf[4096];
@@ -168,6 +168,21 @@ TEST_CASE("prometheus: the endpoint's counters advance with the iterations") {
   CHECK(series(body, "ampactor_iteration") == 4);
   CHECK(series(body, "ampactor_growth_tracker") == 1);
   CHECK(series(body, "ampactor_loss_scale") == 1024);
+#else
+  AMPACTOR_SKIP("the Prometheus sink is not built (no prometheus-cpp)");
+#endif
+}
+
+TEST_CASE("prometheus: the endpoint serves /metrics in the text format, other paths 404") {
+#ifdef AMPACTOR_PROMETHEUS
+  PrometheusMetrics prom("127.0.0.1:0");
+  const std::string ok = http_get(prom.port());
+  CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(ok.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
+  CHECK(ok.find("# TYPE ampactor_iterations_total counter") != std::string::npos);
+  CHECK(series(ok, "ampactor_iterations_total") == 0);
+  const std::string missing = http_get(prom.port(), "/other");
+  CHECK(missing.rfind("HTTP/1.1 404 Not Found\r\n", 0) == 0);
 #else
   AMPACTOR_SKIP("the Prometheus sink is not built (no prometheus-cpp)");
 #endif
