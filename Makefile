@@ -60,6 +60,7 @@ bench: build
 	$(BUILD)/bench/ampactor-bench-kernels --json $(BUILD)/bench-kernels.json
 	$(BUILD)/bench/ampactor-bench-actors --json $(BUILD)/bench-actors.json
 	$(BUILD)/bench/ampactor-bench-overlap --json $(BUILD)/bench-overlap.json
+	$(BUILD)/bench/ampactor-bench-metrics --json $(BUILD)/bench-metrics.json
 
 demo: build
 	@./scripts/install-deps.sh $(DEMO_PACKAGES)

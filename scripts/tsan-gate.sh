@@ -44,7 +44,8 @@ fi
 cmake -S . -B "$BUILD/project" -DCMAKE_BUILD_TYPE=Release -DAMPACTOR_SANITIZE=thread \
   -DAMPACTOR_CUDA=OFF -DAMPACTOR_BENCH=OFF >/dev/null
 # The fused optimizers' worker pool is threads without CAF: its suite needs no instrumented CAF.
-caf_suites=(ampactor-tests-keeper ampactor-tests-messages ampactor-tests-actors ampactor-tests-pipeline)
+caf_suites=(ampactor-tests-keeper ampactor-tests-messages ampactor-tests-actors ampactor-tests-pipeline
+  ampactor-tests-metrics)
 suites=("${caf_suites[@]}" ampactor-tests-optim)
 cmake --build "$BUILD/project" -j "$JOBS" --target "${suites[@]}"
 

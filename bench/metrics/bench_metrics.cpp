@@ -133,6 +133,8 @@ double loop_ms(const std::shared_ptr<Metrics>& metrics, std::int64_t width, std:
       torch::autograd::backward({scaler.scale(m.loss())});
       pipe.step(opt, [&] { scaler.step(opt); });
       scaler.update();
+      for (at::Tensor& w : m.w)
+        w.mutable_grad() = at::Tensor();  // the model's zero_grad()
     }
     pipe.sync();
     ms = ms_since(t0) / iters;
@@ -144,7 +146,7 @@ double loop_ms(const std::shared_ptr<Metrics>& metrics, std::int64_t width, std:
 
 int main(int argc, char** argv) {
   CLI::App app{"ampactor-bench-metrics: what the metrics sinks cost a training loop"};
-  int rounds = 10, iters = 40, core_iters = 20000;
+  int rounds = 10, iters = 200, core_iters = 20000;
   std::int64_t width = 512, batch = 128;  // the demo's hidden layers and batch
   std::string json, dir = "/tmp/ampactor-bench-metrics";
   app.add_option("--rounds", rounds, "training-loop rounds (each runs every mode)");
@@ -187,7 +189,8 @@ int main(int argc, char** argv) {
   const double base_us = median_of(core["none"]);
   const double iteration_ms = median_of(ms["none"]);
   nlohmann::json out = {{"bench", "metrics"},
-                        {"command", "ampactor-bench-metrics --rounds " + std::to_string(rounds)},
+                        {"command", "ampactor-bench-metrics --rounds " + std::to_string(rounds) +
+                                        " --iterations " + std::to_string(iters)},
                         {"width", width},
                         {"batch", batch},
                         {"iteration_ms", iteration_ms},
