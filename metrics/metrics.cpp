@@ -107,6 +107,9 @@ void Metrics::input(peer_id, const KeeperInput& in) {
   std::lock_guard<std::mutex> lock(m_);
   if (closed_) return;
   IterationMetrics& m = at(d->k).m;
+  // What the gradients were made at, as the optimizer reports it (a trainer that knew its scale
+  // from the keeper's pushes asked no ScaleRequest).
+  if (d->scale_used > 0) m.scale_used = d->scale_used;
   for (std::int32_t r : d->found_by)
     if (std::find(m.found_by.begin(), m.found_by.end(), r) == m.found_by.end())
       m.found_by.push_back(r);
@@ -121,7 +124,9 @@ void Metrics::output(const KeeperOutput& out) {
     const auto* s = std::get_if<ScaleReply>(&r->msg);
     if (!s) return;
     std::lock_guard<std::mutex> lock(m_);
-    if (!closed_) at(s->k).m.scale_used = s->scale;
+    if (closed_) return;
+    IterationMetrics& m = at(s->k).m;
+    if (m.scale_used == 0) m.scale_used = s->scale;  // an unscale report says it too, and wins
     return;
   }
   const UpdateApplied& u = std::get<KeeperPush>(out).msg;

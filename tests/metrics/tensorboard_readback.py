@@ -25,12 +25,14 @@ def main():
     missing = want - tags
     if missing:
         sys.exit(f"tags missing from the event file: {sorted(missing)} (read: {sorted(tags)})")
-    applied = {}
+    applied, made_at = {}, {}
     with open(trace) as f:
         for line in f:
             e = json.loads(line)
             if e.get("type") == "UpdateApplied":
                 applied[e["msg"]["k"]] = e["msg"]
+            if e.get("type") == "UnscaleDone":
+                made_at[e["msg"]["k"]] = e["msg"]["scale_used"]
     if len(applied) != iterations:
         sys.exit(f"the trace has {len(applied)} updates, expected {iterations}")
 
@@ -54,6 +56,12 @@ def main():
                 sys.exit(f"{tag} at step {k}: TensorBoard read {got[k]}, the keeper sent "
                          f"{expected(u)}")
             compared += 1
+    used = series("ampactor/scale-used")
+    for k in applied:
+        if used.get(k) != f32(made_at[k]):
+            sys.exit(f"ampactor/scale-used at step {k}: TensorBoard read {used.get(k)}, the "
+                     f"optimizer's UnscaleDone said {made_at[k]}")
+        compared += 1
     skipped = [k for k, u in applied.items() if u["found_inf"]]
     norms = series("grad-norm")
     if any(k in norms for k in skipped) or len(norms) != iterations - len(skipped):

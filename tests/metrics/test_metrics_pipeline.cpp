@@ -34,14 +34,19 @@ TEST_CASE("metrics on a pipeline: each record is the keeper's update and the pip
     REQUIRE(mem->records.size() == 12);
     // The trace's UpdateApplied, by iteration: what the keeper sent.
     std::map<iteration_t, UpdateApplied> applied;
-    for (const TraceEvent& e : buffer->events)
+    std::map<iteration_t, float> made_at;  // the optimizer's UnscaleDone: the gradients' scale
+    for (const TraceEvent& e : buffer->events) {
       if (const auto* u = std::get_if<UpdateApplied>(&e.msg)) applied[u->k] = *u;
+      if (const auto* d = std::get_if<UnscaleDone>(&e.msg)) made_at[d->k] = d->scale_used;
+    }
     REQUIRE(applied.size() == 12);
     int skipped = 0;
     for (const IterationMetrics& r : mem->records) {
       CAPTURE(r.k);
       const UpdateApplied& u = applied.at(r.k);
       CHECK(r.scale == u.scale);
+      CHECK(r.scale_used > 0);
+      CHECK(r.scale_used == made_at.at(r.k));
       CHECK(r.growth_tracker == u.growth_tracker);
       CHECK(r.found_inf == u.found_inf);
       CHECK(r.backoffs_in_row == u.guard.backoffs_in_row);
