@@ -1,28 +1,37 @@
 #include <ampactor/keeper/taps.h>
 
 #include <iostream>
+#include <mutex>
 
 #include <ampactor/core/errors.h>
 
 namespace ampactor {
 
-KeeperTaps::KeeperTaps(std::vector<std::shared_ptr<KeeperTap>> taps) : taps_(std::move(taps)) {
+struct KeeperTaps::Dropped {
+  std::mutex m;  // why's writes (the keeper's thread) and failure()'s reads (any thread)
+  std::vector<std::string> why;  // "" while the tap runs
+};
+
+KeeperTaps::KeeperTaps(std::vector<std::shared_ptr<KeeperTap>> taps)
+    : taps_(std::move(taps)), dropped_(std::make_unique<Dropped>()) {
   for (const auto& t : taps_)
     if (!t) throw ScalerError(errc::bad_option, "tee_taps: a tap is null");
-  dropped_.resize(taps_.size());
+  dropped_->why.resize(taps_.size());
 }
+
+KeeperTaps::~KeeperTaps() = default;
 
 template <class F>
 void KeeperTaps::each(F f) {
   for (std::size_t i = 0; i < taps_.size(); ++i) {
-    if (!dropped_[i].empty()) continue;
+    if (!dropped_->why[i].empty()) continue;  // written on this thread only
     try {
       f(*taps_[i]);
     } catch (const std::exception& e) {
       const std::string why = std::string("tap dropped: ") + e.what();
       std::cerr << "ampactor: scale_keeper " << why << "\n";
-      std::lock_guard<std::mutex> lock(m_);
-      dropped_[i] = why;
+      std::lock_guard<std::mutex> lock(dropped_->m);
+      dropped_->why[i] = why;
     }
   }
 }
@@ -43,8 +52,8 @@ void KeeperTaps::stopped() {
 std::string KeeperTaps::failure() const {
   for (std::size_t i = 0; i < taps_.size(); ++i) {
     {
-      std::lock_guard<std::mutex> lock(m_);
-      if (!dropped_[i].empty()) return dropped_[i];
+      std::lock_guard<std::mutex> lock(dropped_->m);
+      if (!dropped_->why[i].empty()) return dropped_->why[i];
     }
     std::string f = taps_[i]->failure();
     if (!f.empty()) return f;

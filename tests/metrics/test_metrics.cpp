@@ -219,7 +219,7 @@ TEST_CASE("metrics: the JSON lines and the CSV hold every record's values") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("tee_taps: each tap sees every message; one that throws is dropped alone") {
+TEST_CASE("tee_taps: each tap sees every message, and one that throws is dropped alone") {
   struct Counting final : KeeperTap {
     int in = 0, out = 0, stops = 0;
     bool throws = false;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@ class KeeperTaps final : public KeeperTap {
  public:
   /// Null taps are refused: ScalerError(errc::bad_option).
   explicit KeeperTaps(std::vector<std::shared_ptr<KeeperTap>> taps);
+  ~KeeperTaps() override;
   void started(const GradScalerOptions& opts, ScalePolicy policy) override;
   void input(peer_id from, const KeeperInput& in) override;
   void output(const KeeperOutput& out) override;
@@ -28,8 +28,8 @@ class KeeperTaps final : public KeeperTap {
   template <class F>
   void each(F f);
   std::vector<std::shared_ptr<KeeperTap>> taps_;
-  mutable std::mutex m_;              // dropped_'s writes (keeper thread) and failure()'s reads
-  std::vector<std::string> dropped_;  // by tap: why it was dropped ("" while it runs)
+  struct Dropped;  // by tap, why it was dropped, and the lock failure() reads it under
+  std::unique_ptr<Dropped> dropped_;
 };
 
 std::shared_ptr<KeeperTaps> tee_taps(std::vector<std::shared_ptr<KeeperTap>> taps);

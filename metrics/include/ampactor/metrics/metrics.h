@@ -14,9 +14,7 @@
 
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -99,24 +97,8 @@ class Metrics final : public KeeperTap, public PipelineTap {
   void optimizer_step(std::int64_t k, double step_s, double grad_norm) override;
 
  private:
-  struct Pending {
-    IterationMetrics m;
-    bool keeper = false;
-    int trainer = 0, optimizer = 0;  // pipeline reports in
-  };
-  Pending& at(iteration_t k);
-  void release();  // writes what is complete or waited for long enough; lock held
-  void write(IterationMetrics& m);
-
-  const MetricsOptions options_;
-  mutable std::mutex m_;
-  std::vector<std::shared_ptr<MetricsSink>> sinks_;
-  std::vector<std::string> dropped_;
-  std::map<iteration_t, Pending> pending_;
-  int pipelines_ = 0;
-  iteration_t newest_ = -1;  // the latest iteration any report was about
-  std::int64_t written_ = 0;
-  bool closed_ = false;
+  struct State;  // the sinks, the pending records and their lock: in metrics.cpp
+  std::unique_ptr<State> s_;
 };
 
 /// JSON Lines, one object per iteration (names as IterationMetrics'; NaN is null); flushed at
