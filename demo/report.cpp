@@ -248,6 +248,36 @@ void report(const Settings& s, const std::vector<Summary>& runs) {
             << "/metrics/; TensorBoard: tensorboard --logdir " << s.out << "/tensorboard\n";
 }
 
+namespace {
+
+/// First the pipeline's case: the overlapped backward trains as the synchronous pipeline, bit
+/// for bit, and faster; then the two runs' scales; then the final eval loss of every mode.
+void case_panels(std::ostream& f, const Settings& s, const std::vector<Summary>& runs,
+                 const PipelineCase& c) {
+  const std::string dir = s.out + "/";
+  f << "set title \"The pipeline's case: fp16-overlap ends at fp16-sync's eval loss"
+    << (c.equal ? ", bit for bit" : " NOT bit for bit: " + c.differs)
+    << "\" noenhanced\nset xlabel 'iteration'\nset ylabel 'eval loss'\nplot ";
+  bool first = true;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    if (runs[i].mode == "fp32" || runs[i].mode == "fp16-sync" || runs[i].mode == "fp16-overlap") {
+      f << (first ? "" : ", ") << curve(dir, runs[i].mode, i, 1, 1, 2, "");
+      first = false;
+    }
+  f << "\n";
+  std::ostringstream ips;
+  ips << "Iterations per second (whole run): fp16-overlap " << std::fixed << std::setprecision(2)
+      << c.ratio() << "x fp16-sync";
+  bars(f, dir, ips.str(), 10, "%.1f");
+  scale_axes(f, s);
+  scale_panel(f, dir, runs, "fp16-sync");
+  scale_panel(f, dir, runs, "fp16-overlap");
+  unset_scale_axes(f);
+  bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
+}
+
+}  // namespace
+
 void plot(const Settings& s, const std::vector<Summary>& runs) {
   std::vector<std::string> scaled_runs;
   for (const auto& r : runs)
@@ -264,32 +294,12 @@ void plot(const Settings& s, const std::vector<Summary>& runs) {
     << "set multiplot layout " << rows << ",2 title 'ampactor-demo: character-level LM, "
     << (s.device == "cuda" ? "real fp16 on the GPU" : "fp16 emulated on the CPU") << "'\n"
     << "set key top right font ',8'\nset grid\n";
-  std::ostringstream ips;
-  ips << "Iterations per second (whole run)";
   if (pair) {
-    // First the pipeline's case: the overlapped backward trains as the synchronous pipeline,
-    // bit for bit, and faster; then the two runs' scales.
-    ips << ": fp16-overlap " << std::fixed << std::setprecision(2) << c->ratio() << "x fp16-sync";
-    f << "set title \"The pipeline's case: fp16-overlap ends at fp16-sync's eval loss"
-      << (c->equal ? ", bit for bit" : " NOT bit for bit: " + c->differs)
-      << "\" noenhanced\nset xlabel 'iteration'\nset ylabel 'eval loss'\nplot ";
-    bool first = true;
-    for (std::size_t i = 0; i < runs.size(); ++i)
-      if (runs[i].mode == "fp32" || runs[i].mode == "fp16-sync" || runs[i].mode == "fp16-overlap") {
-        f << (first ? "" : ", ") << curve(dir, runs[i].mode, i, 1, 1, 2, "");
-        first = false;
-      }
-    f << "\n";
-    bars(f, dir, ips.str(), 10, "%.1f");
-    scale_axes(f, s);
-    scale_panel(f, dir, runs, "fp16-sync");
-    scale_panel(f, dir, runs, "fp16-overlap");
-    unset_scale_axes(f);
-    bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
+    case_panels(f, s, runs, *c);
   } else {
     // First what a reader wants: the final eval loss and the speed of every mode.
     bars(f, dir, "Eval loss at the end (held-out text; lower is better)", 3, "%.3f");
-    bars(f, dir, ips.str(), 10, "%.1f");
+    bars(f, dir, "Iterations per second (whole run)", 10, "%.1f");
   }
   // Then the curves, every run at its true values; runs that coincide say so in the key.
   // The loss panel starts at the second probe: the untrained model's loss would stretch the axis.

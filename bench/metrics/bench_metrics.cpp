@@ -142,6 +142,44 @@ double loop_ms(const std::shared_ptr<Metrics>& metrics, std::int64_t width, std:
   return ms;
 }
 
+using Series = std::map<std::string, std::vector<double>>;
+
+/// Part 1, alternating with the bare core five times.
+Series measure_core(const std::vector<std::string>& names, const std::string& dir, int n) {
+  Series core;
+  for (int r = 0; r < 5; ++r) {
+    core["none"].push_back(core_us(nullptr, n));
+    for (const std::string& s : names)
+      core[s].push_back(core_us(make_metrics(s, dir + "/core-" + s), n));
+  }
+  return core;
+}
+
+struct Loop {
+  Series ms, ratio;  // per mode: each round's ms an iteration; per sink: its ratio to none
+};
+
+/// Part 2: every mode once a round, the order rotating.
+Loop measure_loop(const std::vector<std::string>& names, const std::string& dir, int rounds,
+                  std::int64_t width, std::int64_t batch, int iters) {
+  std::vector<std::string> modes{"none"};
+  modes.insert(modes.end(), names.begin(), names.end());
+  Loop l;
+  for (int r = 0; r < rounds; ++r) {
+    std::map<std::string, double> round;
+    for (std::size_t i = 0; i < modes.size(); ++i) {
+      const std::string& mode = modes[(i + r) % modes.size()];
+      const std::string d = dir + "/loop-" + mode + "-" + std::to_string(r);
+      round[mode] = loop_ms(make_metrics(mode, d), width, batch, iters);
+      l.ms[mode].push_back(round[mode]);
+    }
+    for (const std::string& s : names)
+      l.ratio[s].push_back(round[s] / round["none"]);
+    std::cerr << "round " << r + 1 << "/" << rounds << "\n";
+  }
+  return l;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,30 +200,9 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const std::vector<std::string> names = sinks();
 
-  // Part 1, alternating with the bare core five times; the median of each.
-  std::map<std::string, std::vector<double>> core;
-  for (int r = 0; r < 5; ++r) {
-    core["none"].push_back(core_us(nullptr, core_iters));
-    for (const std::string& s : names)
-      core[s].push_back(core_us(make_metrics(s, dir + "/core-" + s), core_iters));
-  }
-  // Part 2.
-  std::vector<std::string> modes{"none"};
-  modes.insert(modes.end(), names.begin(), names.end());
-  std::map<std::string, std::vector<double>> ms, ratio;
-  for (int r = 0; r < rounds; ++r) {
-    std::map<std::string, double> round;
-    for (std::size_t i = 0; i < modes.size(); ++i) {
-      const std::string& mode = modes[(i + r) % modes.size()];
-      const std::string d = dir + "/loop-" + mode + "-" + std::to_string(r);
-      std::filesystem::create_directories(d);
-      round[mode] = loop_ms(make_metrics(mode, d), width, batch, iters);
-      ms[mode].push_back(round[mode]);
-    }
-    for (const std::string& s : names)
-      ratio[s].push_back(round[s] / round["none"]);
-    std::cerr << "round " << r + 1 << "/" << rounds << "\n";
-  }
+  Series core = measure_core(names, dir, core_iters);
+  Loop loop = measure_loop(names, dir, rounds, width, batch, iters);
+  Series &ms = loop.ms, &ratio = loop.ratio;
   const double base_us = median_of(core["none"]);
   const double iteration_ms = median_of(ms["none"]);
   nlohmann::json out = {{"bench", "metrics"},
