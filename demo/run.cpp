@@ -3,7 +3,7 @@
 #include <ampactor/core/scale_state.h>
 #include <ampactor/keeper/taps.h>
 #include <ampactor/metrics/metrics.h>
-#ifdef AMPACTOR_DEMO_TENSORBOARD
+#ifdef AMPACTOR_TENSORBOARD
 #include <ampactor/metrics/tensorboard.h>
 #endif
 #include <ampactor/optim/fused.h>
@@ -161,7 +161,7 @@ struct Trainer {
       std::filesystem::create_directories(s.out + "/metrics");
       metrics->sink(
           std::make_shared<ampactor::JsonlMetrics>(s.out + "/metrics/" + m.name + ".jsonl"));
-#ifdef AMPACTOR_DEMO_TENSORBOARD
+#ifdef AMPACTOR_TENSORBOARD
       metrics->sink(
           std::make_shared<ampactor::TensorBoardMetrics>(s.out + "/tensorboard/" + m.name));
 #endif

@@ -107,39 +107,32 @@ std::string to_csv_row(const IterationMetrics& m) {
   return row;
 }
 
-struct JsonlMetrics::File : LineFile {
+struct LineFileMetrics::File : LineFile {
   using LineFile::LineFile;
 };
+
+LineFileMetrics::LineFileMetrics(const std::string& path, const char* what,
+                                 std::string (*line)(const IterationMetrics&),
+                                 const std::string& header)
+    : f_(std::make_unique<File>(path, what)), line_(line) {
+  if (!header.empty()) f_->line(header);
+}
+LineFileMetrics::~LineFileMetrics() = default;
+void LineFileMetrics::write(const IterationMetrics& m) {
+  f_->line(line_(m));
+}
+void LineFileMetrics::close() {
+  f_->close();
+}
+std::string LineFileMetrics::failure() const {
+  return f_->error;
+}
 
 JsonlMetrics::JsonlMetrics(const std::string& path)
-    : f_(std::make_unique<File>(path, "JsonlMetrics")) {}
-JsonlMetrics::~JsonlMetrics() = default;
-void JsonlMetrics::write(const IterationMetrics& m) {
-  f_->line(to_json_line(m));
-}
-void JsonlMetrics::close() {
-  f_->close();
-}
-std::string JsonlMetrics::failure() const {
-  return f_->error;
-}
+    : LineFileMetrics(path, "JsonlMetrics",
+                      [](const IterationMetrics& m) { return to_json_line(m); }) {}
 
-struct CsvMetrics::File : LineFile {
-  using LineFile::LineFile;
-};
-
-CsvMetrics::CsvMetrics(const std::string& path) : f_(std::make_unique<File>(path, "CsvMetrics")) {
-  f_->line(csv_header());
-}
-CsvMetrics::~CsvMetrics() = default;
-void CsvMetrics::write(const IterationMetrics& m) {
-  f_->line(to_csv_row(m));
-}
-void CsvMetrics::close() {
-  f_->close();
-}
-std::string CsvMetrics::failure() const {
-  return f_->error;
-}
+CsvMetrics::CsvMetrics(const std::string& path)
+    : LineFileMetrics(path, "CsvMetrics", &to_csv_row, csv_header()) {}
 
 }  // namespace ampactor

@@ -49,6 +49,19 @@ std::filesystem::path temp_dir(const char* name) {
   return dir;
 }
 
+/// A Metrics writing to memory, with a keeper core that taps it (and a pipeline attached).
+struct Joined {
+  explicit Joined(MetricsOptions o = {}, bool pipeline = true)
+      : metrics(std::make_shared<Metrics>(std::move(o))), mem(std::make_shared<MemoryMetrics>()) {
+    metrics->sink(mem);
+    core = std::make_unique<KeeperCore>(rule(), ScalePolicy::exact, metrics);
+    if (pipeline) metrics->attached();
+  }
+  std::shared_ptr<Metrics> metrics;
+  std::shared_ptr<MemoryMetrics> mem;
+  std::unique_ptr<KeeperCore> core;
+};
+
 struct Throwing final : MetricsSink {
   void write(const IterationMetrics&) override { throw std::runtime_error("disk on fire"); }
 };
@@ -93,50 +106,48 @@ TEST_CASE("metrics: one record per iteration holds what the keeper applied, in o
 
 TEST_CASE(
     "metrics: with a pipeline attached a record waits for its trainer and optimizer reports") {
-  auto metrics = std::make_shared<Metrics>();
-  auto mem = std::make_shared<MemoryMetrics>();
-  metrics->sink(mem);
-  KeeperCore core(rule(), ScalePolicy::exact, metrics);
-  metrics->attached();
+  Joined j;
+  Metrics& metrics = *j.metrics;
+  const MemoryMetrics& mem = *j.mem;
+  KeeperCore& core = *j.core;
   iterate(core, 0, false);
-  CHECK(mem->records.empty());  // the keeper's part alone
-  metrics->trainer_step(0, 0.25, std::nan(""));
-  CHECK(mem->records.empty());  // the optimizer's still to come
-  metrics->optimizer_step(0, 0.5, 3.0);
-  REQUIRE(mem->records.size() == 1);
-  CHECK(mem->records[0].trainer_wait_s == 0.25);
-  CHECK(mem->records[0].optimizer_step_s == 0.5);
-  CHECK(mem->records[0].grad_norm == 3.0);
-  CHECK(mem->records[0].complete);
+  CHECK(mem.records.empty());  // the keeper's part alone
+  metrics.trainer_step(0, 0.25, std::nan(""));
+  CHECK(mem.records.empty());  // the optimizer's still to come
+  metrics.optimizer_step(0, 0.5, 3.0);
+  REQUIRE(mem.records.size() == 1);
+  CHECK(mem.records[0].trainer_wait_s == 0.25);
+  CHECK(mem.records[0].optimizer_step_s == 0.5);
+  CHECK(mem.records[0].grad_norm == 3.0);
+  CHECK(mem.records[0].complete);
   // Reports before the keeper's update (staleness 0's order) join it too.
-  metrics->trainer_step(1, 0.125, 0.75);
-  metrics->optimizer_step(1, 0.0625, std::nan(""));
-  CHECK(mem->records.size() == 1);
+  metrics.trainer_step(1, 0.125, 0.75);
+  metrics.optimizer_step(1, 0.0625, std::nan(""));
+  CHECK(mem.records.size() == 1);
   iterate(core, 1, false);
-  REQUIRE(mem->records.size() == 2);
-  CHECK(mem->records[1].iteration_s == 0.75);
-  CHECK(std::isnan(mem->records[1].grad_norm));
+  REQUIRE(mem.records.size() == 2);
+  CHECK(mem.records[1].iteration_s == 0.75);
+  CHECK(std::isnan(mem.records[1].grad_norm));
 }
 
 TEST_CASE("metrics: a record whose step never reports goes out incomplete after max_pending") {
-  auto metrics = std::make_shared<Metrics>(MetricsOptions().max_pending(2));
-  auto mem = std::make_shared<MemoryMetrics>();
-  metrics->sink(mem);
-  KeeperCore core(rule(), ScalePolicy::exact, metrics);
-  metrics->attached();
+  Joined j(MetricsOptions().max_pending(2));
+  Metrics& metrics = *j.metrics;
+  const MemoryMetrics& mem = *j.mem;
+  KeeperCore& core = *j.core;
   iterate(core, 0, false);  // its step job failed: no optimizer report ever comes
-  metrics->trainer_step(0, 0.1, std::nan(""));
+  metrics.trainer_step(0, 0.1, std::nan(""));
   for (iteration_t k = 1; k <= 2; ++k) {
-    metrics->trainer_step(k, 0.1, 0.2);
-    metrics->optimizer_step(k, 0.1, std::nan(""));
+    metrics.trainer_step(k, 0.1, 0.2);
+    metrics.optimizer_step(k, 0.1, std::nan(""));
     iterate(core, k, false);
   }
   // Iteration 2's reports aged iteration 0 out; 1 and 2 follow in order.
-  REQUIRE(mem->records.size() == 3);
-  CHECK_FALSE(mem->records[0].complete);
-  CHECK(std::isnan(mem->records[0].optimizer_step_s));
-  CHECK(mem->records[1].complete);
-  CHECK(mem->records[2].k == 2);
+  REQUIRE(mem.records.size() == 3);
+  CHECK_FALSE(mem.records[0].complete);
+  CHECK(std::isnan(mem.records[0].optimizer_step_s));
+  CHECK(mem.records[1].complete);
+  CHECK(mem.records[2].k == 2);
 }
 
 TEST_CASE("metrics: close writes what is pending and drops later reports") {

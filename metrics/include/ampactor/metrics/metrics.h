@@ -101,35 +101,36 @@ class Metrics final : public KeeperTap, public PipelineTap {
   std::unique_ptr<State> s_;
 };
 
-/// JSON Lines, one object per iteration (names as IterationMetrics'; NaN is null); flushed at
-/// every record, so a killed run keeps every written iteration. ScalerError(errc::bad_option) if
-/// the file cannot be created.
-class JsonlMetrics final : public MetricsSink {
+/// A line per record to a file, flushed at every record, so a killed run keeps every written
+/// iteration; a failed write is kept (failure()) and nothing more is written. The two below.
+class LineFileMetrics : public MetricsSink {
  public:
-  explicit JsonlMetrics(const std::string& path);
-  ~JsonlMetrics() override;
+  ~LineFileMetrics() override;
   void write(const IterationMetrics& m) override;
   void close() override;
   std::string failure() const override;
 
+ protected:
+  /// ScalerError(errc::bad_option), naming `what`, if the file cannot be created.
+  LineFileMetrics(const std::string& path, const char* what,
+                  std::string (*line)(const IterationMetrics&), const std::string& header = "");
+
  private:
   struct File;
   std::unique_ptr<File> f_;
+  std::string (*line_)(const IterationMetrics&);
 };
 
-/// CSV with a header row (RFC 4180 quoting; lists joined by spaces; NaN is empty). Flushed at
-/// every record.
-class CsvMetrics final : public MetricsSink {
+/// JSON Lines, one object per iteration (names as IterationMetrics'; NaN is null).
+class JsonlMetrics final : public LineFileMetrics {
+ public:
+  explicit JsonlMetrics(const std::string& path);
+};
+
+/// CSV with a header row (RFC 4180 quoting; lists joined by spaces; NaN is empty).
+class CsvMetrics final : public LineFileMetrics {
  public:
   explicit CsvMetrics(const std::string& path);
-  ~CsvMetrics() override;
-  void write(const IterationMetrics& m) override;
-  void close() override;
-  std::string failure() const override;
-
- private:
-  struct File;
-  std::unique_ptr<File> f_;
 };
 
 /// Keeps the records in memory (tests, a service's own endpoint).
