@@ -12,20 +12,9 @@ CUDA_EXTRA=(nvidia-cufile==1.15.1.6 nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem
 # torch's own pure-Python requirements, with theirs.
 PURE=(filelock 'typing-extensions>=4.10.0' 'setuptools<82' 'sympy>=1.13.3' 'networkx>=2.5.1'
       jinja2 'fsspec>=0.8.5' 'mpmath>=1.1,<1.4' 'MarkupSafe>=2.0')
-PIP_LIMIT=300 # seconds for one pip command: a registry slower than that is skipped
+. "$(dirname "$0")/venv-lib.sh"
+venv_open torch-venv "$@"
 
-if [ $# -ne 1 ] || [ -z "$1" ]; then
-    echo "usage: $0 DIR" >&2
-    exit 2
-fi
-dir=$1
-skip() { echo "torch-venv: $*"; exit 77; }
-
-mkdir -p "$(dirname "$dir")" || skip "cannot create the parent of $dir"
-exec 9>"$dir.lock" || skip "cannot write $dir.lock"
-flock 9
-
-py=$dir/bin/python
 works() { [ -x "$dir/bin/torchrun" ] && "$py" -W ignore -c 'import torch.distributed.run' >/dev/null 2>&1; }
 
 if works; then
@@ -33,18 +22,7 @@ if works; then
     exit 0
 fi
 
-if [ ! -x "$py" ]; then
-    python3 -m venv "$dir" >/dev/null 2>&1 || skip "python3 -m venv $dir failed (python3-venv missing?)"
-fi
-
-log=$dir/torch-venv.log
-pip_() {
-    timeout "$PIP_LIMIT" "$py" -m pip --disable-pip-version-check --no-input \
-        --timeout 30 --retries 2 "$@" >>"$log" 2>&1
-}
-why() { grep -m1 -E '^ERROR' "$log" || tail -n1 "$log"; }
-
-: >"$log"
+venv_make
 pip_ index versions torch --retries 0 || skip "PyPI cannot be reached: $(why)"
 pip_ install --no-deps "$TORCH" "${CUDA_EXTRA[@]}" "${PURE[@]}" || skip "pip install failed: $(why)"
 if ! works; then
