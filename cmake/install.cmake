@@ -155,6 +155,13 @@ set(CPACK_PACKAGE_CONTACT "ampactor maintainers")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "Dynamic loss scaling for LibTorch on CAF actors (GradScaler, AsyncOptimizer)")
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libtorch-dev, libcaf-dev (>= 0.17), nlohmann-json3-dev")
+# The metrics sinks that were built: the package's CMake config finds their libraries.
+if(AMPACTOR_TENSORBOARD)
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", libprotobuf-dev, libboost-dev")
+endif()
+if(AMPACTOR_PROMETHEUS)
+  string(APPEND CPACK_DEBIAN_PACKAGE_DEPENDS ", prometheus-cpp-dev")
+endif()
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 # One package of the headers and programs (the default component) and the .deb's layout.
