@@ -107,7 +107,7 @@ Pipeline::Pipeline(std::vector<at::Tensor> model_params, GradScaler& s, AsyncOpt
     waiter.reset();
     scaler_ = nullptr;
   });
-  if (options.tap()) options.tap()->attached();
+  tell_tap([](PipelineTap& t) { t.attached(); });
 }
 
 void Pipeline::make_masters() {
@@ -146,7 +146,7 @@ Pipeline::~Pipeline() {
     scaler_->finish_jobs();
     PipelineLink::forget(*scaler_, this);
   }
-  if (options.tap()) options.tap()->detached();  // after its last job's report
+  tell_tap([](PipelineTap& t) { t.detached(); });  // after its last job's report
 }
 
 GradScaler& Pipeline::scaler() const {
@@ -188,10 +188,11 @@ void AsyncOptimizer::step(torch::optim::Optimizer& opt, std::function<void()> fn
   p_->check_optimizer(opt);
   p_->warn_uncleared_grads();
   p_->behind = p_->options.staleness() == 1;
+  if (!p_->options.tap()) return p_->schedule->step(opt, std::move(fn));
   const auto t0 = std::chrono::steady_clock::now();
-  const iteration_t k = p_->options.tap() ? p_->scaler().iteration() : 0;
+  const iteration_t k = p_->scaler().iteration();
   p_->schedule->step(opt, std::move(fn));
-  if (p_->options.tap()) p_->report_trainer(k, t0);
+  p_->report_trainer(k, t0);
 }
 
 void AsyncOptimizer::sync() {

@@ -32,35 +32,33 @@ AsyncOptimizerOptions& AsyncOptimizerOptions::clip_grad_norm(std::optional<doubl
 namespace internal {
 
 void Pipeline::stepping(torch::optim::Optimizer& opt, const std::function<void()>& fn) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const bool timed = options.tap() != nullptr;
+  const auto t0 =
+      timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (const std::optional<double> max = options.clip_grad_norm())
     grad_norm = place->clip(opt, *max);
   if (fn) fn();
-  if (options.tap())
+  if (timed)
     report_optimizer(JobContext::current()->iteration(),
                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
-namespace {
-/// Calls the tap; one that throws is told nothing more (a line on stderr), and the step goes on.
-template <class F>
-void tell(const std::shared_ptr<PipelineTap>& tap, std::atomic<bool>& dropped, F f) {
-  if (!tap || dropped) return;
+void Pipeline::tell_tap(const std::function<void(PipelineTap&)>& f) noexcept {
+  if (!options.tap() || tap_dropped) return;
   try {
-    f(*tap);
+    f(*options.tap());
   } catch (const std::exception& e) {
-    if (!dropped.exchange(true))
+    if (!tap_dropped.exchange(true))
       std::cerr << "ampactor: AsyncOptimizer tap dropped: " << e.what() << "\n";
   }
 }
-}  // namespace
 
 void Pipeline::report_trainer(std::int64_t k, std::chrono::steady_clock::time_point since) {
   const auto now = std::chrono::steady_clock::now();
   const double iteration_s = last_return ? std::chrono::duration<double>(now - *last_return).count()
                                          : std::numeric_limits<double>::quiet_NaN();
   last_return = now;
-  tell(options.tap(), tap_dropped, [&](PipelineTap& t) {
+  tell_tap([&](PipelineTap& t) {
     t.trainer_step(k, std::chrono::duration<double>(now - since).count(), iteration_s);
   });
 }
@@ -68,7 +66,7 @@ void Pipeline::report_trainer(std::int64_t k, std::chrono::steady_clock::time_po
 void Pipeline::report_optimizer(std::int64_t k, double step_s) {
   const double norm =
       options.clip_grad_norm() ? grad_norm.load() : std::numeric_limits<double>::quiet_NaN();
-  tell(options.tap(), tap_dropped, [&](PipelineTap& t) { t.optimizer_step(k, step_s, norm); });
+  tell_tap([&](PipelineTap& t) { t.optimizer_step(k, step_s, norm); });
 }
 
 void Pipeline::check_optimizer(const torch::optim::Optimizer& opt) const {

@@ -51,6 +51,9 @@ struct Pipeline {
   /// trainer since `since`, and a step of k that took `step_s` on the optimizer thread.
   void report_trainer(std::int64_t k, std::chrono::steady_clock::time_point since);
   void report_optimizer(std::int64_t k, double step_s);
+  /// Calls options.tap(), unless there is none or it threw before: a tap that throws is told
+  /// nothing more (a line on stderr), and the pipeline goes on.
+  void tell_tap(const std::function<void(PipelineTap&)>& f) noexcept;
   /// Which state this pipeline's masters are, as save() records it.
   std::string shard_text() const;
 

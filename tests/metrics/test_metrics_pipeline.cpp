@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "metrics_run.h"
 
@@ -65,4 +66,29 @@ TEST_CASE("metrics on a pipeline: each record is the keeper's update and the pip
     }
     CHECK(skipped == test::metrics_run_overflows(12));
   }
+}
+
+TEST_CASE("a pipeline tap that throws is told nothing more and the steps go on") {
+  struct Throwing final : PipelineTap {
+    int attaches = 0, trainer = 0, optimizer = 0, detaches = 0;
+    void attached() override { ++attaches; }
+    void detached() override { ++detaches; }
+    void trainer_step(std::int64_t, double, double) override {
+      ++trainer;
+      throw std::runtime_error("tap broke");
+    }
+    void optimizer_step(std::int64_t, double, double) override { ++optimizer; }
+  };
+  auto tap = std::make_shared<Throwing>();
+  auto metrics = std::make_shared<Metrics>();
+  auto mem = std::make_shared<MemoryMetrics>();
+  metrics->sink(mem);
+  test::metrics_run(/*iterations=*/6, /*staleness=*/0, metrics, tap);
+  CHECK(tap->attaches == 1);
+  CHECK(tap->trainer == 1);    // dropped at its first throw
+  CHECK(tap->optimizer == 1);  // iteration 0's step ended before step() returned
+  CHECK(tap->detaches == 0);
+  REQUIRE(mem->records.size() == 6);  // the keeper's records, every step made
+  for (const IterationMetrics& r : mem->records)
+    CHECK(r.scale > 0);
 }
